@@ -1,0 +1,308 @@
+"""``AgentEnv``: the uniform LLM-agent environment contract.
+
+Every arlgym env takes the raw LLM response as its action. ``AgentEnv.step`` does the part that
+is the same for every env — parse the response, decide what to execute, apply the format
+penalty, count steps, keep the history window, fill the documented ``info`` keys, render the
+next prompt — and calls the subclass's hooks for the env-specific part. Subclasses implement
+hooks and never override ``step``/``reset``.
+
+Info keys (every ``reset`` and ``step``):
+
+===================== ===========================================================================
+``task_id``           identifier of the task (seed-derived or from a task list)
+``task_type``         task family (e.g. ALFWorld's six types; ``"sokoban"`` for Sokoban)
+``step``              number of steps taken so far in the episode
+``raw_observation``   the env's own observation text, without the prompt template
+``admissible_actions`` list of admissible action strings, or ``None`` when unbounded
+``anchor``            :func:`~arlgym.core.anchors.anchor_hash` of the true env state (GiGPO)
+``think``             parsed reasoning text of the last response (``None`` at reset)
+``action``            parsed action text of the last response (``None`` when none extracted)
+``executed_action``   what the env executed (``None`` for a no-op)
+``format_valid``      whether the last response followed the format (``True`` at reset)
+``action_valid``      whether the action was executable/admissible (``True`` at reset)
+``format_error``      ``None`` or a key of :data:`~arlgym.core.parsing.FORMAT_ERRORS`
+``task_reward``       the env's own reward for the step, before penalties
+``format_penalty``    the amount subtracted for an invalid format (0 or the coefficient)
+``won``               whether the task is solved
+``score``             task score in [0, 1] (fraction of goal achieved)
+===================== ===========================================================================
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+import gymnasium as gym
+
+from arlgym.core.anchors import anchor_hash
+from arlgym.core.parsing import ParsedResponse, parse_response
+from arlgym.core.prompts import HistoryEntry
+from arlgym.core.spaces import AnyText
+from arlgym.errors import ConfigError, ResetNeeded
+
+__all__ = ["AgentEnv", "ActResult", "TaskSpec", "INFO_KEYS", "NO_ACTION_FEEDBACK"]
+
+#: The documented info keys, in order.
+INFO_KEYS: tuple[str, ...] = (
+    "task_id",
+    "task_type",
+    "step",
+    "raw_observation",
+    "admissible_actions",
+    "anchor",
+    "think",
+    "action",
+    "executed_action",
+    "format_valid",
+    "action_valid",
+    "format_error",
+    "task_reward",
+    "format_penalty",
+    "won",
+    "score",
+)
+
+#: Feedback shown when no action could be extracted from the response.
+NO_ACTION_FEEDBACK = (
+    "Your response contained no <action>...</action> block, so nothing happened. "
+    "Answer with <think>...</think><action>...</action>."
+)
+
+
+@dataclass(slots=True)
+class TaskSpec:
+    """What ``_load_task`` returns: the task's identity and first observation."""
+
+    task_id: str
+    observation: str
+    task_type: str = ""
+    description: str = ""
+
+
+@dataclass(slots=True)
+class ActResult:
+    """What ``_act``/``_noop`` return for one executed (or refused) action.
+
+    Attributes:
+        observation: the env's feedback text after the action.
+        reward: the task reward of this step (before any format penalty).
+        terminated: the episode ended (solved, or failed for good).
+        action_valid: the action was admissible/executable.
+        executed_action: canonical form of what was executed, ``None`` for a no-op.
+    """
+
+    observation: str
+    reward: float
+    terminated: bool
+    action_valid: bool
+    executed_action: str | None
+
+
+class AgentEnv(gym.Env[Any, str]):
+    """Base class of every arlgym env; see the module docstring for the contract.
+
+    Args:
+        max_steps: steps after which the episode is truncated.
+        history_length: past turns shown in the prompt (paper: 2).
+        format_penalty_coef: subtracted from the reward when the format is invalid (paper: 0.1).
+        on_format_error: ``"penalize"`` executes the extracted action if there is one (else a
+            no-op with feedback) and subtracts the penalty; ``"terminate"`` ends the episode.
+        strict_format: ARLArena's strict parser (default) or verl-agent's lenient one.
+        think_prefilled: the chat template's generation prefix already opened ``<think>``.
+        render_mode: ``None``, ``"ansi"`` or an env-specific mode.
+
+    Subclass hooks (all required unless noted):
+        ``_load_task(seed_task, options) -> TaskSpec``: set up a task; may use ``self.np_random``.
+        ``_act(action: str) -> ActResult``: execute a parsed action; an inadmissible action is a
+        no-op with the env's own feedback and ``action_valid=False``.
+        ``_anchor_state() -> object``: the true state to hash.
+        ``_admissible() -> list[str] | None``: admissible actions now.
+        ``_won() -> bool`` and ``_score() -> float``.
+        ``_prompt(history) -> str``: the full prompt for the current turn.
+        ``_noop_result(feedback) -> ActResult`` (optional): what a no-op step yields.
+        ``_observation(prompt) -> obs`` (optional): wrap the prompt (vision envs add an image).
+    """
+
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"], "render_fps": 4}
+    #: Whether several instances may be stepped from threads of one process.
+    thread_safe: ClassVar[bool] = True
+    #: Default for ``max_steps``; subclasses set their paper value.
+    default_max_steps: ClassVar[int] = 50
+
+    def __init__(
+        self,
+        *,
+        max_steps: int | None = None,
+        history_length: int = 2,
+        format_penalty_coef: float = 0.1,
+        on_format_error: Literal["penalize", "terminate"] = "penalize",
+        strict_format: bool = True,
+        think_prefilled: bool = False,
+        render_mode: str | None = None,
+    ) -> None:
+        max_steps = self.default_max_steps if max_steps is None else max_steps
+        if not isinstance(max_steps, int) or max_steps < 1:
+            raise ConfigError(f"max_steps must be a positive int, got {max_steps!r}")
+        if not isinstance(history_length, int) or history_length < 0:
+            raise ConfigError(f"history_length must be an int >= 0, got {history_length!r}")
+        if not isinstance(format_penalty_coef, (int, float)) or format_penalty_coef < 0:
+            raise ConfigError(
+                f"format_penalty_coef must be a number >= 0, got {format_penalty_coef!r}"
+            )
+        if on_format_error not in ("penalize", "terminate"):
+            raise ConfigError(
+                f"on_format_error must be 'penalize' or 'terminate', got {on_format_error!r}"
+            )
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ConfigError(
+                f"render_mode {render_mode!r} is not supported; choose one of "
+                f"{self.metadata['render_modes']} or None"
+            )
+        self.max_steps = max_steps
+        self.history_length = history_length
+        self.format_penalty_coef = float(format_penalty_coef)
+        self.on_format_error = on_format_error
+        self.strict_format = strict_format
+        self.think_prefilled = think_prefilled
+        self.render_mode = render_mode
+        self.action_space = AnyText()
+        if not hasattr(self, "observation_space"):
+            self.observation_space = AnyText()
+        self._task: TaskSpec | None = None
+        self._history: list[HistoryEntry] = []
+        self._last_raw: str = ""
+        self._steps = 0
+        self._done = True
+
+    # ------------------------------------------------------------------ hooks
+    def _load_task(self, seed: int | None, options: dict[str, Any]) -> TaskSpec:
+        raise NotImplementedError
+
+    def _act(self, action: str) -> ActResult:
+        raise NotImplementedError
+
+    def _anchor_state(self) -> Any:
+        raise NotImplementedError
+
+    def _admissible(self) -> list[str] | None:
+        return None
+
+    def _won(self) -> bool:
+        raise NotImplementedError
+
+    def _score(self) -> float:
+        return 1.0 if self._won() else 0.0
+
+    def _prompt(self, history: list[HistoryEntry]) -> str:
+        raise NotImplementedError
+
+    def _noop_result(self, feedback: str) -> ActResult:
+        """A step where nothing is executed; envs with a step cost override the reward."""
+        return ActResult(feedback, 0.0, False, False, None)
+
+    def _observation(self, prompt: str) -> Any:
+        return prompt
+
+    # ------------------------------------------------------------------ contract
+    @property
+    def task(self) -> TaskSpec:
+        """The current task; raises :class:`ResetNeeded` before the first ``reset``."""
+        if self._task is None:
+            raise ResetNeeded(f"{type(self).__name__}: call reset() before using the env")
+        return self._task
+
+    @property
+    def steps_taken(self) -> int:
+        return self._steps
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Any, dict[str, Any]]:
+        """Start a task. The same ``seed`` gives the same task; ``options`` may pin one.
+
+        ``options`` keys understood by every env: ``task_id``, ``split``; envs add their own.
+        """
+        super().reset(seed=seed)
+        if options is not None and not isinstance(options, dict):
+            raise ConfigError(f"options must be a dict or None, got {type(options).__name__}")
+        self._task = self._load_task(seed, dict(options or {}))
+        self._history = []
+        self._steps = 0
+        self._done = False
+        self._last_raw = self._task.observation
+        info = self._info(parsed=None, result=None, penalty=0.0)
+        return self._observation(self._prompt(self._history)), info
+
+    def step(self, action: str) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+        """Play one turn with the raw LLM ``action`` text; see the module docstring."""
+        if self._task is None or self._done:
+            raise ResetNeeded(
+                f"{type(self).__name__}.step() called "
+                + ("before reset()" if self._task is None else "after the episode ended")
+                + "; call reset() first"
+            )
+        parsed = parse_response(action, strict=self.strict_format,
+                                think_prefilled=self.think_prefilled)
+        observation_before = self._last_raw
+        if not parsed.format_valid and self.on_format_error == "terminate":
+            result = self._noop_result(
+                f"Invalid response format ({parsed.error}); the episode is terminated."
+            )
+            result.terminated = True
+        elif parsed.action is None:
+            result = self._noop_result(NO_ACTION_FEEDBACK)
+        else:
+            result = self._act(parsed.action)
+        penalty = 0.0 if parsed.format_valid else self.format_penalty_coef
+        self._steps += 1
+        terminated = bool(result.terminated)
+        truncated = (not terminated) and self._steps >= self.max_steps
+        self._done = terminated or truncated
+        shown_action = parsed.action if parsed.action is not None else ""
+        self._history.append(HistoryEntry(observation_before, shown_action))
+        self._last_raw = result.observation
+        info = self._info(parsed=parsed, result=result, penalty=penalty)
+        reward = float(result.reward) - penalty
+        return self._observation(self._prompt(self._history)), reward, terminated, truncated, info
+
+    def _info(
+        self, *, parsed: ParsedResponse | None, result: ActResult | None, penalty: float
+    ) -> dict[str, Any]:
+        task = self.task
+        return {
+            "task_id": task.task_id,
+            "task_type": task.task_type,
+            "step": self._steps,
+            "raw_observation": self._last_raw,
+            "admissible_actions": self._admissible(),
+            "anchor": anchor_hash(self._anchor_state()),
+            "think": parsed.think if parsed else None,
+            "action": parsed.action if parsed else None,
+            "executed_action": result.executed_action if result else None,
+            "format_valid": parsed.format_valid if parsed else True,
+            "action_valid": result.action_valid if result else True,
+            "format_error": parsed.error if parsed else None,
+            "task_reward": float(result.reward) if result else 0.0,
+            "format_penalty": penalty,
+            "won": bool(self._won()),
+            "score": float(self._score()),
+        }
+
+    @property
+    def history(self) -> list[HistoryEntry]:
+        """Every past turn of the current episode (observation shown, action parsed)."""
+        return list(self._history)
+
+    @property
+    def raw_observation(self) -> str:
+        return self._last_raw
+
+    def render(self) -> Any:
+        if self.render_mode == "ansi":
+            return self._last_raw
+        return None
+
+    def expert_response(self) -> str:
+        """A well-formed expert answer for the current state (envs with an expert override)."""
+        raise NotImplementedError(f"{type(self).__name__} has no expert")

@@ -1,0 +1,319 @@
+"""``arl/Sokoban-v0`` (text grid in the prompt) and ``arl/SokobanVision-v0`` (image + text).
+
+Rewards are gym-sokoban's: −0.1 per step, +1 for a box pushed onto a target, −1 for a box pushed
+off one, +10 when every box is on a target. An unknown move (or no action at all) is a no-op
+that still costs the step penalty, as in ARLArena. ``score`` is the fraction of boxes on
+targets; the anchor hashes walls, targets, boxes and the player cell.
+
+Tasks: ``reset(seed=s)`` draws a room seed from the env's RNG in the split's seed range
+(``train`` and ``test`` ranges are disjoint) and generates the room from that seed, so a task
+id such as ``"6x6-1b-123"`` names one room forever: ``reset(options={"task_id": ...})``
+regenerates it. ``reset(options={"level": xsb})`` plays a given XSB level, and
+``levels=<file or list>`` makes the env draw from a level collection (e.g. Boxoban files).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+from gymnasium import spaces
+
+from arlgym.core.anchors import anchor_hash
+from arlgym.core.env import ActResult, AgentEnv, TaskSpec
+from arlgym.core.prompts import SOKOBAN_TEXT, SOKOBAN_VISION, HistoryEntry, render_prompt
+from arlgym.core.spaces import AnyText
+from arlgym.envs.sokoban.generator import generate_room
+from arlgym.envs.sokoban.render import TILE_SIZE, render_rgb
+from arlgym.envs.sokoban.room import MOVE_NAMES, Room, parse_xsb, read_xsb_collection
+from arlgym.envs.sokoban.solver import solve
+from arlgym.errors import ConfigError, LevelFormatError, TaskNotFound, UnsolvableError
+
+__all__ = ["SokobanEnv", "SokobanVisionEnv", "SPLIT_SEED_RANGES"]
+
+#: Room-seed ranges per split; disjoint, so held-out rooms are never trained on.
+SPLIT_SEED_RANGES: dict[str, tuple[int, int]] = {
+    "train": (0, 2**30),
+    "test": (2**30, 2**31),
+}
+_SPLIT_ALIASES = {"eval": "test", "validation": "test", "val": "test"}
+
+REWARD_STEP = -0.1
+REWARD_BOX_ON_TARGET = 1.0
+REWARD_BOX_OFF_TARGET = -1.0
+REWARD_SOLVED = 10.0
+
+_TASK_ID = re.compile(r"^(\d+)x(\d+)-(\d+)b-(\d+)$")
+_MOVE_ALIASES = {m: m for m in MOVE_NAMES}
+
+
+def _normalise_move(action: str) -> str | None:
+    """``"Up"``, ``" up. "``, ``"'up'"`` → ``"up"``; anything else → ``None``."""
+    token = action.strip().strip("\"'`.!").strip().lower()
+    return _MOVE_ALIASES.get(token)
+
+
+class SokobanEnv(AgentEnv):
+    """Text Sokoban: the prompt shows the room as a grid of ``# _ O X √ P S`` symbols.
+
+    Args:
+        dim_room: room size ``(height, width)`` or one int, walls included (paper: 6×6).
+        num_boxes: boxes per room (paper: 1).
+        max_steps: step budget per episode (paper Table 6: 15).
+        search_depth: most reverse pulls in room generation (ARLArena: 30).
+        max_solution_length: generated rooms are solvable within this many moves
+            (default: ``max_steps``, so every room can be won in time).
+        levels: a path to an XSB collection, or a list of XSB strings, to play instead of
+            generated rooms.
+        cell_separator: string between grid cells in the text view (verl-agent uses "\\t").
+        expert_plan_length: how many upcoming moves the expert's ``<think>`` lists.
+        **kwargs: the :class:`~arlgym.core.env.AgentEnv` options (history_length,
+            format_penalty_coef, on_format_error, strict_format, think_prefilled, render_mode).
+    """
+
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi", "rgb_array"], "render_fps": 4}
+    default_max_steps: ClassVar[int] = 15
+    template = SOKOBAN_TEXT
+
+    def __init__(
+        self,
+        dim_room: int | Sequence[int] = (6, 6),
+        num_boxes: int = 1,
+        max_steps: int | None = None,
+        search_depth: int = 30,
+        max_solution_length: int | None = None,
+        levels: str | Path | Sequence[str] | None = None,
+        cell_separator: str = "",
+        expert_plan_length: int = 4,
+        tile_size: int = TILE_SIZE,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(max_steps=max_steps, **kwargs)
+        if isinstance(dim_room, int):
+            dim_room = (dim_room, dim_room)
+        try:
+            height, width = (int(x) for x in dim_room)
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"dim_room must be an int or (height, width), got {dim_room!r}") from e
+        if height < 4 or width < 4:
+            raise ConfigError(f"dim_room must be at least 4x4 (walls included), got {dim_room!r}")
+        if not isinstance(num_boxes, int) or num_boxes < 1:
+            raise ConfigError(f"num_boxes must be a positive int, got {num_boxes!r}")
+        if not isinstance(tile_size, int) or tile_size < 1:
+            raise ConfigError(f"tile_size must be a positive int, got {tile_size!r}")
+        self.dim_room = (height, width)
+        self.num_boxes = num_boxes
+        self.search_depth = int(search_depth)
+        self.max_solution_length = (
+            self.max_steps if max_solution_length is None else int(max_solution_length)
+        )
+        self.cell_separator = cell_separator
+        self.expert_plan_length = int(expert_plan_length)
+        self.tile_size = tile_size
+        self.levels = self._load_levels(levels)
+        self.room: Room | None = None
+        self._plan_cache: dict[tuple[int, tuple[int, ...]], tuple[str, ...]] = {}
+
+    @staticmethod
+    def _load_levels(levels: str | Path | Sequence[str] | None) -> list[tuple[str, Room]] | None:
+        if levels is None:
+            return None
+        if isinstance(levels, (str, Path)) and Path(levels).is_file():
+            collection = read_xsb_collection(Path(levels).read_text(encoding="utf-8"))
+        elif isinstance(levels, (str, Path)):
+            raise ConfigError(f"levels={str(levels)!r} is not a file; pass a path or a list of XSB strings")
+        else:
+            collection = [(str(i + 1), text) for i, text in enumerate(levels)]
+        if not collection:
+            raise ConfigError("levels holds no XSB level")
+        out = []
+        for title, text in collection:
+            try:
+                out.append((title, parse_xsb(text)))
+            except LevelFormatError as e:
+                raise LevelFormatError(f"level {title!r}: {e}") from e
+        return out
+
+    # ------------------------------------------------------------------ tasks
+    def _split_range(self, split: str) -> tuple[int, int]:
+        split = _SPLIT_ALIASES.get(split, split)
+        if split not in SPLIT_SEED_RANGES:
+            raise ConfigError(f"unknown split {split!r}; choose one of {sorted(SPLIT_SEED_RANGES)}")
+        return SPLIT_SEED_RANGES[split]
+
+    def task_id_for(self, room_seed: int) -> str:
+        h, w = self.dim_room
+        return f"{h}x{w}-{self.num_boxes}b-{room_seed}"
+
+    def room_for_seed(self, room_seed: int) -> Room:
+        """The generated room of ``room_seed`` (the same for every env with these kwargs)."""
+        rng = np.random.default_rng(room_seed)
+        return generate_room(
+            rng,
+            self.dim_room,
+            self.num_boxes,
+            search_depth=self.search_depth,
+            max_solution_length=self.max_solution_length,
+        ).room
+
+    def _load_task(self, seed: int | None, options: dict[str, Any]) -> TaskSpec:
+        self._plan_cache = {}
+        if "level" in options:
+            self.room = parse_xsb(options["level"])
+            task_id = "xsb-" + anchor_hash(self.room.to_xsb())[:12]
+        elif self.levels is not None:
+            if "task_id" in options:
+                titles = [t for t, _ in self.levels]
+                key = str(options["task_id"]).removeprefix("level-")
+                if key not in titles:
+                    raise TaskNotFound(f"no level titled {key!r}; titles: {titles[:10]}...")
+                index = titles.index(key)
+            else:
+                index = int(self.np_random.integers(len(self.levels)))
+            title, self.room = self.levels[index]
+            task_id = f"level-{title}"
+        else:
+            if "task_id" in options:
+                room_seed = self._parse_task_id(str(options["task_id"]))
+            else:
+                low, high = self._split_range(options.get("split", "train"))
+                room_seed = int(self.np_random.integers(low, high))
+            self.room = self.room_for_seed(room_seed)
+            task_id = self.task_id_for(room_seed)
+        return TaskSpec(task_id=task_id, observation=self._text(), task_type="sokoban")
+
+    def _parse_task_id(self, task_id: str) -> int:
+        match = _TASK_ID.match(task_id)
+        if not match:
+            raise TaskNotFound(
+                f"task_id {task_id!r} is not a Sokoban task id like '6x6-1b-123'"
+            )
+        h, w, b, room_seed = (int(x) for x in match.groups())
+        if (h, w) != self.dim_room or b != self.num_boxes:
+            raise TaskNotFound(
+                f"task_id {task_id!r} is for {h}x{w} rooms with {b} box(es), but this env makes "
+                f"{self.dim_room[0]}x{self.dim_room[1]} rooms with {self.num_boxes}; "
+                f"pass dim_room=({h}, {w}), num_boxes={b}"
+            )
+        return room_seed
+
+    # ------------------------------------------------------------------ hooks
+    def _text(self) -> str:
+        assert self.room is not None
+        return self.room.to_text(self.cell_separator)
+
+    def _act(self, action: str) -> ActResult:
+        assert self.room is not None
+        move = _normalise_move(action)
+        if move is None:
+            return ActResult(
+                self._text(), REWARD_STEP, False, False, None
+            )
+        self.room, delta = self.room.move(move)
+        reward = REWARD_STEP
+        if delta > 0:
+            reward += REWARD_BOX_ON_TARGET
+        elif delta < 0:
+            reward += REWARD_BOX_OFF_TARGET
+        solved = self.room.solved
+        if solved:
+            reward += REWARD_SOLVED
+        return ActResult(self._text(), reward, solved, True, move)
+
+    def _noop_result(self, feedback: str) -> ActResult:
+        # The observation stays the grid (what the agent must look at); the step still costs.
+        return ActResult(self._text(), REWARD_STEP, False, False, None)
+
+    def _anchor_state(self) -> Any:
+        room = self.room
+        assert room is not None
+        return (room.height, room.width, room.walls, room.targets, room.boxes, room.player)
+
+    def _admissible(self) -> list[str]:
+        return list(MOVE_NAMES)
+
+    def _won(self) -> bool:
+        return self.room is not None and self.room.solved
+
+    def _score(self) -> float:
+        assert self.room is not None
+        return self.room.boxes_on_targets / len(self.room.boxes)
+
+    def _prompt(self, history: list[HistoryEntry]) -> str:
+        return render_prompt(self.template, current_observation=self._text(), history=history,
+                             history_length=self.history_length)
+
+    # ------------------------------------------------------------------ extras
+    def to_xsb(self) -> str:
+        """The current position in XSB format."""
+        if self.room is None:
+            raise ConfigError("call reset() before to_xsb()")
+        return self.room.to_xsb()
+
+    def render(self) -> Any:
+        if self.render_mode == "rgb_array":
+            return render_rgb(self.room, self.tile_size) if self.room is not None else None
+        return super().render()
+
+    def solution(self) -> tuple[str, ...]:
+        """A move-optimal solution from the current position (cached per position).
+
+        Raises:
+            UnsolvableError: the position cannot be solved any more (e.g. a box in a corner).
+        """
+        assert self.room is not None
+        key = self.room.state_key()
+        if key not in self._plan_cache:
+            sol = solve(self.room)
+            if sol is None:
+                raise UnsolvableError(
+                    f"task {self.task.task_id}: the current position has no solution"
+                )
+            # Cache every suffix: following the plan never needs another search.
+            room = self.room
+            for i in range(len(sol.moves)):
+                self._plan_cache[room.state_key()] = sol.moves[i:]
+                room, _ = room.move(sol.moves[i])
+            self._plan_cache[room.state_key()] = ()
+        return self._plan_cache[key]
+
+    def expert_response(self) -> str:
+        """``<think>plan: next moves</think><action>move</action>`` from the optimal solution."""
+        plan = self.solution()
+        if not plan:
+            return "<think>all boxes are on targets</think><action>up</action>"
+        shown = " ".join(plan[: max(1, self.expert_plan_length)])
+        return f"<think>plan: {shown}</think><action>{plan[0]}</action>"
+
+
+class SokobanVisionEnv(SokobanEnv):
+    """Vision Sokoban: observations are ``{"text": prompt, "image": uint8 (H, W, 3)}``.
+
+    The prompt is the paper's vision template (Appendix H.1.4) with an ``<image>`` placeholder;
+    past turns in the history window show their action only, since their observation was an
+    image. ``render_mode`` defaults to ``"rgb_array"``.
+    """
+
+    template = SOKOBAN_VISION
+
+    def __init__(self, *args: Any, render_mode: str | None = "rgb_array", **kwargs: Any) -> None:
+        super().__init__(*args, render_mode=render_mode, **kwargs)
+        h, w = self.dim_room
+        self.observation_space = spaces.Dict(
+            {
+                "text": AnyText(),
+                "image": spaces.Box(0, 255, (h * self.tile_size, w * self.tile_size, 3), np.uint8),
+            }
+        )
+
+    def _prompt(self, history: list[HistoryEntry]) -> str:
+        shown = [HistoryEntry("(image)", entry.action) for entry in history]
+        return render_prompt(self.template, current_observation="", history=shown,
+                             history_length=self.history_length)
+
+    def _observation(self, prompt: str) -> dict[str, Any]:
+        assert self.room is not None
+        return {"text": prompt, "image": render_rgb(self.room, self.tile_size)}

@@ -1,0 +1,38 @@
+"""The exception types a user of arlgym can meet.
+
+Every error a user can cause derives from :class:`ArlgymError`, so callers can catch one type,
+and every message names the bad value, the valid options and what to do about it.
+"""
+
+from __future__ import annotations
+
+
+class ArlgymError(Exception):
+    """Base class of every error arlgym raises on purpose."""
+
+
+class ConfigError(ArlgymError, ValueError):
+    """A keyword argument or config value is out of range or of the wrong kind."""
+
+
+class ResetNeeded(ArlgymError, RuntimeError):
+    """``step`` was called before ``reset`` or after the episode ended."""
+
+
+class LevelFormatError(ArlgymError, ValueError):
+    """A level or task file could not be parsed (e.g. malformed XSB)."""
+
+
+class UnsolvableError(ArlgymError, ValueError):
+    """A given level has no solution, or generation could not find a solvable one."""
+
+
+class UnknownPolicyError(ArlgymError, ValueError):
+    """A policy spec string names no known policy."""
+
+
+class TaskNotFound(ArlgymError, KeyError):
+    """A ``task_id`` is not in the env's task list for the requested split."""
+
+    def __str__(self) -> str:  # KeyError would otherwise quote the message
+        return str(self.args[0]) if self.args else ""
