@@ -1,0 +1,22 @@
+"""Policies: anything that turns prompts into responses (see :mod:`arlgym.policies.base`).
+
+``make_policy(spec)`` builds one from a spec string, the same everywhere (CLI, SFT, eval):
+``expert``, ``random``, ``human``, ``hf:<path|alias>``, ``vllm:<path>``,
+``openai:<base_url>#<model>``.
+"""
+
+from arlgym.policies.base import Completion, Policy, SamplingParams, prompt_text
+from arlgym.policies.scripted import ExpertPolicy, HumanPolicy, RandomPolicy
+from arlgym.policies.spec import POLICY_KINDS, make_policy
+
+__all__ = [
+    "Completion",
+    "Policy",
+    "SamplingParams",
+    "prompt_text",
+    "ExpertPolicy",
+    "RandomPolicy",
+    "HumanPolicy",
+    "make_policy",
+    "POLICY_KINDS",
+]

@@ -1,0 +1,126 @@
+"""Policies that need no model: the env's expert, a uniform random player, a human at a terminal."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any, TextIO
+
+import numpy as np
+
+from arlgym.errors import ConfigError
+from arlgym.policies.base import Completion, SamplingParams, prompt_text
+
+__all__ = ["ExpertPolicy", "RandomPolicy", "HumanPolicy"]
+
+
+def _require_envs(policy: str, prompts: Sequence[Any], envs: Sequence[Any] | None) -> Sequence[Any]:
+    if envs is None or len(envs) != len(prompts):
+        raise ConfigError(
+            f"the {policy} policy needs the env of every prompt: call "
+            f"generate(prompts, envs=[...]) with one env per prompt"
+        )
+    return envs
+
+
+class ExpertPolicy:
+    """Asks each env for its expert answer (``env.unwrapped.expert_response()``).
+
+    Every arlgym env with an expert (Sokoban: optimal solver; ALFWorld: planner) answers with a
+    well-formed ``<think>…</think><action>…</action>`` response, which is what BC data needs.
+    """
+
+    name = "expert"
+
+    def generate(self, prompts: Sequence[Any], sampling: SamplingParams | None = None, *,
+                 envs: Sequence[Any] | None = None) -> list[Completion]:
+        envs = _require_envs(self.name, prompts, envs)
+        return [Completion(env.unwrapped.expert_response()) for env in envs]
+
+
+class RandomPolicy:
+    """Picks a uniformly random admissible action, in the correct format.
+
+    Args:
+        seed: seed of the policy's own RNG (independent of the envs' RNGs).
+        think: the reasoning text put in ``<think>``.
+    """
+
+    name = "random"
+
+    def __init__(self, seed: int | None = None, think: str = "I pick a random move.") -> None:
+        self.rng = np.random.default_rng(seed)
+        self.think = think
+
+    def generate(self, prompts: Sequence[Any], sampling: SamplingParams | None = None, *,
+                 envs: Sequence[Any] | None = None) -> list[Completion]:
+        envs = _require_envs(self.name, prompts, envs)
+        out = []
+        for env in envs:
+            actions = env.unwrapped._admissible()
+            if not actions:
+                raise ConfigError(
+                    f"{type(env.unwrapped).__name__} has no finite admissible action list; the "
+                    "random policy cannot play it"
+                )
+            choice = actions[int(self.rng.integers(len(actions)))]
+            out.append(Completion(f"<think>{self.think}</think><action>{choice}</action>"))
+        return out
+
+
+class HumanPolicy:
+    """A person at a terminal: shows the observation and reads an action.
+
+    A bare action (``up``) is wrapped as ``<think>human</think><action>up</action>``; a reply that
+    already contains tags is passed through unchanged, so the format penalty can be tried by hand.
+    Vision observations are saved as PNG (``image_path``) and the path is printed.
+
+    Args:
+        stdin, stdout: streams (tests pass their own).
+        show: ``"observation"`` prints only the env's raw observation and admissible actions;
+            ``"prompt"`` prints the full prompt the model would see.
+        image_path: where vision observations are written.
+    """
+
+    name = "human"
+
+    def __init__(self, stdin: TextIO | None = None, stdout: TextIO | None = None,
+                 show: str = "observation", image_path: str = "arlgym_observation.png",
+                 input_fn: Callable[[str], str] | None = None) -> None:
+        if show not in ("observation", "prompt"):
+            raise ConfigError(f"show must be 'observation' or 'prompt', got {show!r}")
+        self.stdin = stdin or sys.stdin
+        self.stdout = stdout or sys.stdout
+        self.show = show
+        self.image_path = image_path
+
+    def _read(self, question: str) -> str:
+        self.stdout.write(question)
+        self.stdout.flush()
+        line = self.stdin.readline()
+        if not line:
+            raise EOFError("no more input")
+        return line.strip()
+
+    def generate(self, prompts: Sequence[Any], sampling: SamplingParams | None = None, *,
+                 envs: Sequence[Any] | None = None) -> list[Completion]:
+        out = []
+        for i, prompt in enumerate(prompts):
+            env = envs[i].unwrapped if envs is not None else None
+            if self.show == "prompt" or env is None:
+                self.stdout.write(prompt_text(prompt) + "\n")
+            else:
+                self.stdout.write(f"\n{env.raw_observation}\n")
+                actions = env._admissible()
+                if actions:
+                    self.stdout.write(f"actions: {', '.join(actions)}\n")
+            if isinstance(prompt, dict) and "image" in prompt:
+                from PIL import Image
+
+                Image.fromarray(prompt["image"]).save(self.image_path)
+                self.stdout.write(f"(image saved to {self.image_path})\n")
+            reply = self._read("your move> ")
+            if "<" not in reply:
+                reply = f"<think>human</think><action>{reply}</action>"
+            out.append(Completion(reply))
+        return out

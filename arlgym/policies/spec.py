@@ -1,0 +1,67 @@
+"""Policy spec strings -> policy objects.
+
+Model-backed policies are imported lazily so that scripted play needs neither torch nor
+transformers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from arlgym.errors import UnknownPolicyError
+
+__all__ = ["make_policy", "POLICY_KINDS"]
+
+POLICY_KINDS: dict[str, str] = {
+    "expert": "the env's scripted expert (optimal solver / planner)",
+    "random": "uniformly random admissible action",
+    "human": "you, at the terminal",
+    "hf:<path|alias>": "a Hugging Face model (hub id, local dir, 'tiny', 'smollm2-135m') with model.generate",
+    "vllm:<path>": "a vLLM offline engine (GPU; pip install 'arlgym[vllm]')",
+    "openai:<base_url>#<model>": "any OpenAI-compatible /v1/chat/completions endpoint",
+}
+
+
+def make_policy(spec: str, **kwargs: Any):
+    """Build the policy a spec string names; ``kwargs`` go to its constructor.
+
+    Raises:
+        UnknownPolicyError: the spec names no policy kind.
+    """
+    if not isinstance(spec, str) or not spec.strip():
+        raise UnknownPolicyError(f"a policy spec must be a non-empty string, got {spec!r}")
+    spec = spec.strip()
+    if spec == "expert":
+        from arlgym.policies.scripted import ExpertPolicy
+
+        return ExpertPolicy(**kwargs)
+    if spec == "random":
+        from arlgym.policies.scripted import RandomPolicy
+
+        return RandomPolicy(**kwargs)
+    if spec == "human":
+        from arlgym.policies.scripted import HumanPolicy
+
+        return HumanPolicy(**kwargs)
+    kind, sep, rest = spec.partition(":")
+    if sep and rest:
+        if kind == "hf":
+            from arlgym.policies.hf import HFPolicy
+
+            return HFPolicy(rest, **kwargs)
+        if kind == "vllm":
+            from arlgym.policies.vllm import VLLMPolicy
+
+            return VLLMPolicy(rest, **kwargs)
+        if kind == "openai":
+            from arlgym.policies.openai import OpenAIPolicy
+
+            base_url, hash_, model = rest.partition("#")
+            if not hash_ or not model:
+                raise UnknownPolicyError(
+                    f"openai spec {spec!r} needs a model: openai:<base_url>#<model>, e.g. "
+                    "openai:http://localhost:8000/v1#Qwen/Qwen3-4B"
+                )
+            return OpenAIPolicy(base_url, model, **kwargs)
+    options = "\n  ".join(f"{k:28s} {v}" for k, v in POLICY_KINDS.items())
+    raise UnknownPolicyError(f"unknown policy spec {spec!r}; valid specs:\n  {options}")
