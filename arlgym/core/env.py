@@ -306,3 +306,10 @@ class AgentEnv(gym.Env[Any, str]):
     def expert_response(self) -> str:
         """A well-formed expert answer for the current state (envs with an expert override)."""
         raise NotImplementedError(f"{type(self).__name__} has no expert")
+
+    def list_tasks(self, split: str = "test", limit: int | None = None) -> list[str]:
+        """The enumerated, fixed task ids of ``split`` (eval lists), first ``limit`` of them.
+
+        Each id can be played with ``reset(options={"task_id": id})``. Envs override this.
+        """
+        raise NotImplementedError(f"{type(self).__name__} does not enumerate its tasks")

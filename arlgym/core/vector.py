@@ -136,6 +136,18 @@ class GroupVecEnv:
         infos = [r[4] for r in results]
         return obs, rewards, terminated, truncated, infos
 
+    def handles(self) -> list[Any]:
+        """One object per env that policies needing the true state can use as ``env``.
+
+        Sync vectors return the envs themselves. Async vectors return proxies whose
+        ``unwrapped.<method>(...)`` runs in the worker (methods only, e.g. ``expert_response()``
+        and ``_admissible()``).
+        """
+        return [_RemoteEnv(self, i) for i in range(self.num_envs)]
+
+    def call_one(self, index: int, name: str, *args: Any, **kwargs: Any) -> Any:  # pragma: no cover
+        raise NotImplementedError
+
     def _run_reset(self, calls):  # pragma: no cover - abstract
         raise NotImplementedError
 
@@ -155,6 +167,27 @@ class GroupVecEnv:
         self.close()
 
 
+class _RemoteEnv:
+    """Stand-in for an env living in a worker: ``proxy.unwrapped.name(*a)`` calls it there."""
+
+    def __init__(self, vec: GroupVecEnv, index: int) -> None:
+        self._vec = vec
+        self._index = index
+
+    @property
+    def unwrapped(self) -> "_RemoteEnv":
+        return self
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        if name.startswith("__"):
+            raise AttributeError(name)
+
+        def method(*args: Any, **kwargs: Any) -> Any:
+            return self._vec.call_one(self._index, name, *args, **kwargs)
+
+        return method
+
+
 class SyncGroupVecEnv(GroupVecEnv):
     """All envs in this process, stepped one after another."""
 
@@ -163,11 +196,19 @@ class SyncGroupVecEnv(GroupVecEnv):
         super().__init__(num_tasks, group_size, seed)
         self.envs = [f() for f in factories]
 
+    def handles(self) -> list[Any]:
+        return list(self.envs)
+
     def _run_reset(self, calls):
         return _reset_many(self.envs, calls)
 
     def _run_step(self, actions):
         return _step_many(self.envs, actions)
+
+    def call_one(self, index: int, name: str, *args: Any, **kwargs: Any) -> Any:
+        """Call ``env.unwrapped.<name>(*args, **kwargs)`` on env ``index`` (or read it)."""
+        attr = getattr(self.envs[index].unwrapped, name)
+        return attr(*args, **kwargs) if callable(attr) else attr
 
     def call(self, name: str, *args: Any, **kwargs: Any) -> list[Any]:
         """Call ``env.unwrapped.<name>(*args, **kwargs)`` on every env (or read an attribute)."""
@@ -207,6 +248,10 @@ def _worker(conn, factories) -> None:
                     attr = getattr(env.unwrapped, name)
                     out.append(attr(*args, **kwargs) if callable(attr) else attr)
                 conn.send(("ok", out))
+            elif cmd == "call_one":
+                index, name, args, kwargs = payload
+                attr = getattr(envs[index].unwrapped, name)
+                conn.send(("ok", attr(*args, **kwargs) if callable(attr) else attr))
             elif cmd == "close":
                 for env in envs:
                     env.close()
@@ -260,6 +305,18 @@ class AsyncGroupVecEnv(GroupVecEnv):
 
     def _run_step(self, actions):
         return self._scatter("step", actions)
+
+    def call_one(self, index: int, name: str, *args: Any, **kwargs: Any) -> Any:
+        """Call ``env.unwrapped.<name>(*args, **kwargs)`` on env ``index`` (or read it)."""
+        for w, sl in enumerate(self._slices):
+            if sl.start <= index < sl.stop:
+                conn = self._conns[w]
+                conn.send(("call_one", (index - sl.start, name, args, kwargs)))
+                status, payload = conn.recv()
+                if status == "error":
+                    raise WorkerError(f"an env raised in a worker process:\n{payload}")
+                return payload
+        raise IndexError(f"env index {index} out of range 0..{self.num_envs - 1}")
 
     def call(self, name: str, *args: Any, **kwargs: Any) -> list[Any]:
         for conn in self._conns:

@@ -185,6 +185,17 @@ class SokobanEnv(AgentEnv):
             task_id = self.task_id_for(room_seed)
         return TaskSpec(task_id=task_id, observation=self._text(), task_type="sokoban")
 
+    def list_tasks(self, split: str = "test", limit: int | None = None) -> list[str]:
+        """Consecutive room seeds from the start of the split's range (``limit`` default 500).
+
+        With ``levels=...`` the level titles are the tasks.
+        """
+        if self.levels is not None:
+            titles = [f"level-{t}" for t, _ in self.levels]
+            return titles if limit is None else titles[:limit]
+        low, _ = self._split_range(split)
+        return [self.task_id_for(low + k) for k in range(500 if limit is None else limit)]
+
     def _parse_task_id(self, task_id: str) -> int:
         match = _TASK_ID.match(task_id)
         if not match:

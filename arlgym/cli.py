@@ -1,0 +1,162 @@
+"""The ``arlgym`` command: play, eval, envs (and env-specific tools such as ``alfworld``)."""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import importlib
+import sys
+from typing import Any
+
+from arlgym.errors import ArlgymError
+
+__all__ = ["main", "build_parser"]
+
+
+def _parse_kwargs(pairs: list[str]) -> dict[str, Any]:
+    """``["dim_room=7", "num_boxes=2"]`` -> ``{"dim_room": 7, "num_boxes": 2}`` (Python literals
+    where they parse, strings otherwise)."""
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ArlgymError(f"--env-kwarg expects key=value, got {pair!r}")
+        try:
+            out[key] = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            out[key] = value
+    return out
+
+
+def _add_common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--policy", default="expert",
+                   help="policy spec: expert | random | human | hf:<path|tiny|smollm2-135m> | "
+                        "vllm:<path> | openai:<base_url>#<model> (default: expert)")
+    p.add_argument("--episodes", type=int, default=20, help="number of episodes (default: 20)")
+    p.add_argument("--env-kwarg", action="append", default=[], metavar="KEY=VALUE",
+                   help="keyword for gymnasium.make, repeatable (e.g. dim_room=7)")
+    p.add_argument("--temperature", type=float, default=0.0,
+                   help="sampling temperature for model policies; 0 = greedy (default: 0)")
+    p.add_argument("--max-new-tokens", type=int, default=256,
+                   help="response length cap for model policies (default: 256)")
+    p.add_argument("--batch-size", type=int, default=16,
+                   help="episodes played in parallel (one batched generate per turn)")
+    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+
+
+def _cmd_envs(args: argparse.Namespace) -> int:
+    import arlgym
+
+    for env_id, (entry, _) in arlgym.ENV_IDS.items():
+        print(f"{env_id:28s} {entry}")
+    return 0
+
+
+def _cmd_play(args: argparse.Namespace) -> int:
+    from arlgym.evaluation.metrics import format_summary, summarize
+    from arlgym.policies import SamplingParams, make_policy
+    from arlgym.rollout import RolloutCollector
+
+    policy = make_policy(args.policy)
+    env_kwargs = _parse_kwargs(args.env_kwarg)
+    if args.policy == "human":
+        env_kwargs.setdefault("render_mode", None)
+    sampling = SamplingParams(temperature=args.temperature, max_new_tokens=args.max_new_tokens,
+                              seed=args.seed)
+    parallel = 1 if args.policy == "human" else max(1, min(args.batch_size, args.episodes))
+    trajs = []
+    with RolloutCollector(args.env, policy, num_tasks=parallel, sampling=sampling,
+                          env_kwargs=env_kwargs, seed=args.seed,
+                          progress=not args.no_progress) as collector:
+        while len(trajs) < args.episodes:
+            batch = collector.collect()
+            trajs.extend(batch[: args.episodes - len(trajs)])
+            if args.policy == "human":
+                t = batch[0]
+                print(f"\nepisode over: {'won' if t.won else 'not won'} in {t.length} steps, "
+                      f"return {t.episode_return:.2f}")
+    print(format_summary(summarize(trajs), f"{policy.name} on {args.env} (train split, seed {args.seed})"))
+    return 0
+
+
+def _cmd_eval(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from arlgym.evaluation.metrics import format_summary
+    from arlgym.evaluation.runner import evaluate
+    from arlgym.policies import SamplingParams, make_policy
+
+    policy = make_policy(args.policy)
+    out = args.out
+    if out is None:
+        safe = lambda s: "".join(c if c.isalnum() or c in "-_." else "_" for c in s)  # noqa: E731
+        out = Path("runs") / "eval" / f"{safe(args.env)}__{safe(args.policy)}__{args.split}.jsonl"
+    sampling = SamplingParams(temperature=args.temperature, max_new_tokens=args.max_new_tokens,
+                              seed=args.seed)
+    summary, _ = evaluate(args.env, policy, episodes=args.episodes, split=args.split, out=out,
+                          batch_size=args.batch_size, sampling=sampling,
+                          env_kwargs=_parse_kwargs(args.env_kwarg),
+                          samples_per_task=args.samples_per_task, progress=not args.no_progress)
+    print(format_summary(summary, f"{args.policy} on {args.env} ({args.split} split)"))
+    print(f"episodes: {out}\nsummary:  {Path(out).with_suffix('.summary.json')}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="arlgym",
+        description="arlgym: Gymnasium envs and RL algorithms for LLM agents (ARLArena).",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("envs", help="list the registered env ids")
+    p.set_defaults(func=_cmd_envs)
+
+    p = sub.add_parser("play", help="play episodes with a policy and print a success table",
+                       description="Play --episodes episodes of ENV on the train split with a "
+                                   "policy (the expert by default) and print success, score, "
+                                   "steps and format/action validity.")
+    p.add_argument("env", help="env id, e.g. arl/Sokoban-v0 (see `arlgym envs`)")
+    _add_common(p)
+    p.add_argument("--seed", type=int, default=0, help="base seed (default: 0)")
+    p.set_defaults(func=_cmd_play)
+
+    p = sub.add_parser("eval", help="evaluate a policy on a fixed eval task list (resumable)",
+                       description="Evaluate a policy on the first --episodes tasks of the env's "
+                                   "enumerated --split list. Writes one JSONL line per episode "
+                                   "to --out; rerunning with the same --out skips finished "
+                                   "episodes. Prints and saves a summary table.")
+    p.add_argument("--env", required=True, help="env id, e.g. arl/Sokoban-v0")
+    _add_common(p)
+    p.add_argument("--split", default="test", help="task split (default: test)")
+    p.add_argument("--out", default=None,
+                   help="episodes JSONL (default: runs/eval/<env>__<policy>__<split>.jsonl)")
+    p.add_argument("--samples-per-task", type=int, default=1,
+                   help="episodes per task, for pass@k (default: 1)")
+    p.add_argument("--seed", type=int, default=0, help="sampling seed (default: 0)")
+    p.set_defaults(func=_cmd_eval)
+
+    for module in ("arlgym.envs.alfworld.cli",):
+        try:
+            mod = importlib.import_module(module)
+        except ImportError:
+            continue
+        mod.add_subparser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except ArlgymError as e:
+        print(f"arlgym: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("arlgym: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

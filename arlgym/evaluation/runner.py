@@ -1,0 +1,105 @@
+"""``arlgym eval``: a policy on a fixed, enumerated task list, resumable, one JSONL line per episode."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+
+from arlgym.errors import ConfigError
+from arlgym.evaluation.metrics import format_summary, summarize
+from arlgym.policies.base import Policy, SamplingParams
+from arlgym.rollout import RolloutCollector, Trajectory, iter_jsonl, save_jsonl
+
+__all__ = ["evaluate", "eval_task_list"]
+
+
+def eval_task_list(env_id: str, split: str, episodes: int, env_kwargs: dict[str, Any]) -> list[str]:
+    """The first ``episodes`` ids of the env's enumerated task list for ``split``."""
+    import arlgym  # noqa: F401
+
+    env = gym.make(env_id, **env_kwargs)
+    try:
+        tasks = env.unwrapped.list_tasks(split, episodes)
+    finally:
+        env.close()
+    if len(tasks) < episodes:
+        raise ConfigError(
+            f"{env_id} split {split!r} has only {len(tasks)} tasks, fewer than --episodes {episodes}"
+        )
+    return tasks
+
+
+def evaluate(
+    env_id: str,
+    policy: Policy,
+    *,
+    episodes: int,
+    split: str = "test",
+    out: str | Path | None = None,
+    batch_size: int = 16,
+    sampling: SamplingParams | None = None,
+    env_kwargs: dict[str, Any] | None = None,
+    samples_per_task: int = 1,
+    progress: bool = True,
+) -> tuple[dict[str, Any], list[Trajectory]]:
+    """Evaluate ``policy`` on the first ``episodes`` tasks of ``split``.
+
+    Episodes already in ``out`` (same task id and sample index) are skipped, so an interrupted
+    run resumes where it stopped. Each finished batch is appended (and fsynced) at once.
+    ``samples_per_task > 1`` plays each task that many times (for pass@k).
+
+    Returns:
+        ``(summary, trajectories)`` over all requested episodes, old and new.
+    """
+    env_kwargs = dict(env_kwargs or {})
+    sampling = sampling or SamplingParams(temperature=0.0)
+    tasks = eval_task_list(env_id, split, episodes, env_kwargs)
+    wanted = [(t, k) for t in tasks for k in range(samples_per_task)]
+    wanted_set = set(wanted)
+    done: dict[tuple[str, int], Trajectory] = {}
+    if out is not None and Path(out).exists():
+        for traj in iter_jsonl(out):
+            key = (traj.task_id, traj.member)
+            if key in wanted_set:
+                done[key] = traj
+    todo = [t for t in tasks if any((t, k) not in done for k in range(samples_per_task))]
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=len(wanted), initial=len(wanted) - len(todo) * samples_per_task,
+               desc=f"eval {env_id}", unit="ep", disable=not progress)
+    collectors: dict[int, RolloutCollector] = {}
+    try:
+        for start in range(0, len(todo), batch_size):
+            chunk = todo[start : start + batch_size]
+            if len(chunk) not in collectors:
+                collectors[len(chunk)] = RolloutCollector(
+                    env_id, policy, group_size=samples_per_task, num_tasks=len(chunk),
+                    sampling=sampling, env_kwargs=env_kwargs, progress=False)
+            trajs = collectors[len(chunk)].collect(seed=0, task_ids=chunk)
+            new = [t for t in trajs if (t.task_id, t.member) not in done]
+            for t in new:
+                done[(t.task_id, t.member)] = t
+            if out is not None:
+                save_jsonl(new, out, append=True)
+            bar.update(len(new))
+            wins = sum(t.won for t in done.values())
+            bar.set_postfix(success=f"{wins / max(1, len(done)):.2f}")
+    finally:
+        bar.close()
+        for c in collectors.values():
+            c.close()
+    ordered = [done[key] for key in wanted]
+    summary = summarize(ordered)
+    summary.update({"env_id": env_id, "split": split, "policy": getattr(policy, "name", ""),
+                    "episodes": len(ordered)})
+    if out is not None:
+        Path(out).with_suffix(".summary.json").write_text(json.dumps(summary, indent=2))
+    return summary, ordered
+
+
+def print_summary(summary: dict[str, Any]) -> None:
+    title = f"{summary.get('policy', '')} on {summary.get('env_id', '')} ({summary.get('split', '')})"
+    print(format_summary(summary, title))

@@ -1,0 +1,310 @@
+"""The one rollout collector, shared by SFT collection, RL training and evaluation.
+
+It plays groups of episodes (``num_tasks`` tasks × ``group_size`` copies) on a
+:func:`~arlgym.core.vector.make_group_vec` vector with one policy. Each turn it prompts only the
+envs whose episode is still running, in one batched ``generate`` call, so finished envs are
+never prompted and model policies batch across all live episodes. Every turn becomes a
+:class:`StepRecord` carrying what the trainer needs (DESIGN.md §5): group ``uid``, ``traj_id``,
+``step``, ``anchor`` of the state the prompt was made in, rewards, format flags and, for model
+policies, the exact token ids and log-probs that were sampled.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from arlgym.core.vector import GroupVecEnv, make_group_vec
+from arlgym.policies.base import Policy, SamplingParams, prompt_text
+
+__all__ = [
+    "StepRecord",
+    "Trajectory",
+    "RolloutCollector",
+    "collect",
+    "save_jsonl",
+    "load_jsonl",
+    "iter_jsonl",
+]
+
+
+@dataclass(slots=True)
+class StepRecord:
+    """One turn of one episode: the prompt shown, the response given, what followed.
+
+    ``anchor`` is the anchor of the state in which the prompt was made (GiGPO groups turns by
+    it), ``step`` the 0-based turn index. ``step_reward`` is the env's reward (task reward
+    minus format penalty); the two parts are kept too so the trainer can re-weight them.
+    ``won``/``score`` describe the state after the turn.
+    """
+
+    uid: str
+    traj_id: str
+    step: int
+    task_id: str
+    task_type: str
+    prompt: str
+    response: str
+    anchor: str
+    step_reward: float
+    task_reward: float
+    format_penalty: float
+    format_valid: bool
+    action_valid: bool
+    action: str | None
+    executed_action: str | None
+    terminated: bool
+    truncated: bool
+    won: bool
+    score: float
+    prompt_token_ids: list[int] | None = None
+    response_token_ids: list[int] | None = None
+    logprobs: list[float] | None = None
+    finish_reason: str | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.terminated or self.truncated
+
+
+@dataclass(slots=True)
+class Trajectory:
+    """One episode; ``steps`` in order. Summary fields are filled when the episode ends."""
+
+    uid: str
+    traj_id: str
+    env_id: str
+    task_id: str
+    task_type: str
+    group_index: int
+    member: int
+    policy: str = ""
+    steps: list[StepRecord] = field(default_factory=list)
+
+    @property
+    def length(self) -> int:
+        return len(self.steps)
+
+    @property
+    def won(self) -> bool:
+        return bool(self.steps) and self.steps[-1].won
+
+    @property
+    def score(self) -> float:
+        return self.steps[-1].score if self.steps else 0.0
+
+    @property
+    def episode_return(self) -> float:
+        return float(sum(s.step_reward for s in self.steps))
+
+    @property
+    def task_return(self) -> float:
+        return float(sum(s.task_reward for s in self.steps))
+
+    @property
+    def truncated(self) -> bool:
+        return bool(self.steps) and self.steps[-1].truncated
+
+    @property
+    def format_valid_ratio(self) -> float:
+        return sum(s.format_valid for s in self.steps) / max(1, len(self.steps))
+
+    @property
+    def action_valid_ratio(self) -> float:
+        return sum(s.action_valid for s in self.steps) / max(1, len(self.steps))
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "steps"}
+        out["steps"] = [asdict(s) for s in self.steps]
+        out["summary"] = {
+            "won": self.won,
+            "score": self.score,
+            "length": self.length,
+            "episode_return": self.episode_return,
+            "format_valid_ratio": self.format_valid_ratio,
+            "action_valid_ratio": self.action_valid_ratio,
+        }
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Trajectory":
+        data = dict(data)
+        data.pop("summary", None)
+        steps = [StepRecord(**s) for s in data.pop("steps", [])]
+        return cls(**data, steps=steps)
+
+
+def save_jsonl(trajectories: Iterable[Trajectory], path: str | Path, append: bool = False) -> None:
+    """Write one trajectory per line (flushed and fsynced so a crash loses nothing written)."""
+    import os
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a" if append else "w", encoding="utf-8") as fh:
+        for traj in trajectories:
+            fh.write(json.dumps(traj.to_dict(), ensure_ascii=False) + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def iter_jsonl(path: str | Path) -> Iterator[Trajectory]:
+    """Read trajectories back; a torn last line (crash mid-write) is skipped."""
+    with Path(path).open(encoding="utf-8") as fh:
+        for line in fh:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                data = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            yield Trajectory.from_dict(data)
+
+
+def load_jsonl(path: str | Path) -> list[Trajectory]:
+    return list(iter_jsonl(path))
+
+
+class RolloutCollector:
+    """Plays task groups with one policy and returns :class:`Trajectory` objects.
+
+    Args:
+        env_id: registered env id.
+        policy: any :class:`~arlgym.policies.base.Policy`.
+        group_size: rollouts per task (GRPO's G); members share the task and first anchor.
+        num_tasks: task groups per ``collect`` call (the vector is built once and reused).
+        sampling: sampling parameters passed to every ``generate`` call.
+        env_kwargs: keyword arguments for ``gymnasium.make``.
+        mode: vector mode (``"sync"``, ``"async"``, ``"auto"``).
+        seed: base seed of the first ``collect``; later calls continue with fresh tasks.
+        progress: show a progress bar over finished episodes.
+    """
+
+    def __init__(
+        self,
+        env_id: str,
+        policy: Policy,
+        *,
+        group_size: int = 1,
+        num_tasks: int = 1,
+        sampling: SamplingParams | None = None,
+        env_kwargs: dict[str, Any] | None = None,
+        mode: str = "auto",
+        seed: int = 0,
+        num_workers: int | None = None,
+        progress: bool = True,
+    ) -> None:
+        self.env_id = env_id
+        self.policy = policy
+        self.sampling = sampling or SamplingParams()
+        self.progress = progress
+        self.vec: GroupVecEnv = make_group_vec(
+            env_id, num_tasks, group_size, seed, mode=mode, num_workers=num_workers,
+            **(env_kwargs or {}),
+        )
+        self._handles = self.vec.handles()
+        self._batches = 0
+        #: number of ``generate`` calls and prompts sent, for tests and throughput logs
+        self.generate_calls = 0
+        self.prompts_sent = 0
+
+    def close(self) -> None:
+        self.vec.close()
+
+    def __enter__(self) -> "RolloutCollector":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def collect(
+        self,
+        *,
+        seed: int | None = None,
+        task_ids: Sequence[str] | None = None,
+        options: dict[str, Any] | None = None,
+        sampling: SamplingParams | None = None,
+    ) -> list[Trajectory]:
+        """Play one episode in every env of the vector; returns ``num_envs`` trajectories."""
+        from tqdm.auto import tqdm
+
+        vec = self.vec
+        sampling = sampling or self.sampling
+        obs, infos = vec.reset(seed=seed, task_ids=task_ids, options=options)
+        batch = self._batches
+        self._batches += 1
+        trajs: list[Trajectory] = []
+        for i, info in enumerate(infos):
+            g, member = vec.group_of(i), i % vec.group_size
+            uid = f"b{batch}-g{g}-{info['task_id']}"
+            trajs.append(Trajectory(uid=uid, traj_id=f"{uid}-m{member}", env_id=self.env_id,
+                                    task_id=info["task_id"], task_type=info["task_type"],
+                                    group_index=g, member=member,
+                                    policy=getattr(self.policy, "name", "")))
+        active = [True] * vec.num_envs
+        bar = tqdm(total=vec.num_envs, desc=f"rollout {self.env_id}", unit="ep",
+                   disable=not self.progress, leave=False)
+        wins = finished = 0
+        try:
+            while any(active):
+                live = [i for i, a in enumerate(active) if a]
+                completions = self.policy.generate(
+                    [obs[i] for i in live], sampling, envs=[self._handles[i] for i in live]
+                )
+                self.generate_calls += 1
+                self.prompts_sent += len(live)
+                actions: list[str | None] = [None] * vec.num_envs
+                for i, comp in zip(live, completions):
+                    actions[i] = comp.text
+                next_obs, rewards, terminated, truncated, next_infos = vec.step(actions)
+                for i, comp in zip(live, completions):
+                    info, prev = next_infos[i], infos[i]
+                    assert info is not None and prev is not None
+                    trajs[i].steps.append(StepRecord(
+                        uid=trajs[i].uid, traj_id=trajs[i].traj_id, step=int(prev["step"]),
+                        task_id=trajs[i].task_id, task_type=trajs[i].task_type,
+                        prompt=prompt_text(obs[i]), response=comp.text, anchor=prev["anchor"],
+                        step_reward=float(rewards[i]), task_reward=float(info["task_reward"]),
+                        format_penalty=float(info["format_penalty"]),
+                        format_valid=bool(info["format_valid"]),
+                        action_valid=bool(info["action_valid"]), action=info["action"],
+                        executed_action=info["executed_action"],
+                        terminated=bool(terminated[i]), truncated=bool(truncated[i]),
+                        won=bool(info["won"]), score=float(info["score"]),
+                        prompt_token_ids=comp.prompt_token_ids,
+                        response_token_ids=comp.response_token_ids, logprobs=comp.logprobs,
+                        finish_reason=comp.finish_reason,
+                    ))
+                    obs[i], infos[i] = next_obs[i], info
+                    if terminated[i] or truncated[i]:
+                        active[i] = False
+                        wins += bool(info["won"])
+                        finished += 1
+                        bar.update(1)
+                        bar.set_postfix(success=f"{wins / finished:.2f}")
+        finally:
+            bar.close()
+        return trajs
+
+
+def collect(
+    env_id: str,
+    policy: Policy,
+    *,
+    num_tasks: int = 1,
+    group_size: int = 1,
+    seed: int = 0,
+    task_ids: Sequence[str] | None = None,
+    sampling: SamplingParams | None = None,
+    env_kwargs: dict[str, Any] | None = None,
+    mode: str = "auto",
+    progress: bool = False,
+) -> list[Trajectory]:
+    """One-shot helper: build a collector, play ``num_tasks × group_size`` episodes, close."""
+    with RolloutCollector(env_id, policy, group_size=group_size, num_tasks=num_tasks,
+                          sampling=sampling, env_kwargs=env_kwargs, mode=mode, seed=seed,
+                          progress=progress) as collector:
+        return collector.collect(seed=seed, task_ids=task_ids)
