@@ -36,3 +36,11 @@ class TaskNotFound(ArlgymError, KeyError):
 
     def __str__(self) -> str:  # KeyError would otherwise quote the message
         return str(self.args[0]) if self.args else ""
+
+
+class ModelNotFound(ArlgymError, ValueError):
+    """A model name is no alias, no local directory and no cached Hugging Face hub id."""
+
+
+class MissingDependency(ArlgymError, ImportError):
+    """An optional extra (e.g. ``arlgym[vllm]``) is needed but not installed."""
