@@ -1,0 +1,43 @@
+# Two set-up commands for a fresh machine (see README):
+#   make demo   install, then run the main job offline on the embedded default
+#   make test   install everything (dev + all extras), then run the whole test suite
+PYTHON ?= python3
+VENV   ?= .venv
+PIP    := $(VENV)/bin/pip
+PY     := $(VENV)/bin/python
+export HF_HUB_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: demo test test-fast install install-dev bench lint
+
+$(VENV)/.created:
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q -U pip
+	touch $@
+
+# torch first: any later "torch" requirement is then already satisfied by the CPU build on disk.
+$(VENV)/.torch: $(VENV)/.created
+	$(PIP) install -q torch==2.13.0
+	touch $@
+
+install: $(VENV)/.torch
+	$(PIP) install -q -e ".[train]"
+
+install-dev: $(VENV)/.torch
+	$(PIP) install -q -e ".[all,dev]"
+
+demo: install
+	$(VENV)/bin/arlgym play arl/Sokoban-v0 --policy expert --episodes 20
+
+test: install-dev
+	$(PY) -m pytest -q
+
+test-fast: install-dev
+	$(PY) -m pytest -q -m "not slow"
+
+bench: install-dev
+	$(PY) bench/bench_sokoban.py
+	$(PY) bench/bench_parser.py
+
+lint: install-dev
+	$(VENV)/bin/ruff check arlgym tests bench
