@@ -44,3 +44,7 @@ class ModelNotFound(ArlgymError, ValueError):
 
 class MissingDependency(ArlgymError, ImportError):
     """An optional extra (e.g. ``arlgym[vllm]``) is needed but not installed."""
+
+
+class PolicyRequestError(ArlgymError, RuntimeError):
+    """A remote policy endpoint kept failing after all retries."""

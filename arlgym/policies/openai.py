@@ -1,0 +1,141 @@
+"""``OpenAIPolicy``: any OpenAI-compatible ``/v1/chat/completions`` endpoint.
+
+This is how API models (the paper's GPT-4o / GPT-5.2 baselines) are evaluated and how teacher
+models (e.g. a ``vllm serve`` of a large model) produce SFT data. It uses only the standard
+library (``urllib``), sends one request per prompt with bounded concurrency, and retries
+timeouts, connection errors, 429 and 5xx answers with exponential back-off; 4xx answers other
+than 429 are the caller's mistake and fail at once with the server's message.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import os
+import random
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from arlgym.errors import ConfigError, PolicyRequestError
+from arlgym.policies.base import Completion, SamplingParams
+
+__all__ = ["OpenAIPolicy"]
+
+_RETRYABLE_STATUS = {408, 409, 429, 500, 502, 503, 504}
+
+
+class OpenAIPolicy:
+    """Chat-completions client.
+
+    Args:
+        base_url: e.g. ``http://localhost:8000/v1`` (``/chat/completions`` is appended).
+        model: model name sent in the request.
+        api_key: bearer token; default ``$OPENAI_API_KEY`` (none sent when unset).
+        timeout: seconds per request attempt.
+        max_retries: extra attempts after the first for retryable failures.
+        backoff: first back-off in seconds; doubles each retry, with jitter.
+        max_concurrency: requests in flight at once.
+        system_prompt: optional system message before the env's prompt.
+        extra_body: extra JSON fields (e.g. ``{"chat_template_kwargs": {...}}`` for vLLM).
+    """
+
+    def __init__(self, base_url: str, model: str, *, api_key: str | None = None,
+                 timeout: float = 60.0, max_retries: int = 4, backoff: float = 0.5,
+                 max_concurrency: int = 8, system_prompt: str | None = None,
+                 extra_body: dict[str, Any] | None = None) -> None:
+        if not base_url.startswith(("http://", "https://")):
+            raise ConfigError(f"base_url must start with http:// or https://, got {base_url!r}")
+        if max_concurrency < 1 or max_retries < 0 or timeout <= 0:
+            raise ConfigError("need max_concurrency >= 1, max_retries >= 0 and timeout > 0")
+        self.url = base_url.rstrip("/") + "/chat/completions"
+        self.model = model
+        self.name = f"openai:{model}"
+        self.api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
+        self.timeout = timeout
+        self.max_retries = max_retries
+        self.backoff = backoff
+        self.max_concurrency = max_concurrency
+        self.system_prompt = system_prompt
+        self.extra_body = dict(extra_body or {})
+        #: attempts made in total (tests and logs read it)
+        self.attempts = 0
+
+    def _messages(self, prompt: Any) -> list[dict[str, Any]]:
+        messages: list[dict[str, Any]] = []
+        if self.system_prompt:
+            messages.append({"role": "system", "content": self.system_prompt})
+        if isinstance(prompt, dict) and "image" in prompt:
+            from PIL import Image
+
+            buf = io.BytesIO()
+            Image.fromarray(prompt["image"]).save(buf, format="PNG")
+            data = base64.b64encode(buf.getvalue()).decode()
+            content = [{"type": "text", "text": str(prompt.get("text", ""))},
+                       {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{data}"}}]
+            messages.append({"role": "user", "content": content})
+        else:
+            text = prompt.get("text", "") if isinstance(prompt, dict) else str(prompt)
+            messages.append({"role": "user", "content": text})
+        return messages
+
+    def _body(self, prompt: Any, sampling: SamplingParams, index: int) -> bytes:
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": self._messages(prompt),
+            "temperature": max(0.0, sampling.temperature),
+            "top_p": sampling.top_p,
+            "max_tokens": sampling.max_new_tokens,
+        }
+        if sampling.seed is not None:
+            body["seed"] = sampling.seed + index
+        body.update(self.extra_body)
+        return json.dumps(body).encode()
+
+    def _request(self, payload: bytes) -> Completion:
+        headers = {"Content-Type": "application/json"}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        last_error = ""
+        for attempt in range(self.max_retries + 1):
+            self.attempts += 1
+            started = time.perf_counter()
+            try:
+                req = urllib.request.Request(self.url, data=payload, headers=headers, method="POST")
+                with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+                    data = json.loads(resp.read().decode())
+                choice = data["choices"][0]
+                text = choice.get("message", {}).get("content") or ""
+                return Completion(text=text, finish_reason=choice.get("finish_reason"),
+                                  meta={"latency_s": time.perf_counter() - started,
+                                        "attempts": attempt + 1, "usage": data.get("usage")})
+            except urllib.error.HTTPError as e:
+                detail = e.read().decode(errors="replace")[:500]
+                if e.code not in _RETRYABLE_STATUS:
+                    raise PolicyRequestError(
+                        f"{self.url} answered HTTP {e.code}: {detail or e.reason}; check the "
+                        f"model name {self.model!r}, the API key and the request"
+                    ) from e
+                last_error = f"HTTP {e.code}: {detail or e.reason}"
+            except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as e:
+                last_error = f"{type(e).__name__}: {getattr(e, 'reason', e)}"
+            except (KeyError, IndexError, ValueError) as e:
+                last_error = f"malformed response: {e}"
+            if attempt < self.max_retries:
+                time.sleep(self.backoff * (2**attempt) * (0.5 + random.random() / 2))
+        raise PolicyRequestError(
+            f"{self.url} failed {self.max_retries + 1} times; last error: {last_error}"
+        )
+
+    def generate(self, prompts: Sequence[Any], sampling: SamplingParams | None = None, *,
+                 envs: Sequence[Any] | None = None) -> list[Completion]:
+        sampling = sampling or SamplingParams()
+        payloads = [self._body(p, sampling, i) for i, p in enumerate(prompts)]
+        if len(payloads) == 1:
+            return [self._request(payloads[0])]
+        with ThreadPoolExecutor(max_workers=min(self.max_concurrency, len(payloads))) as pool:
+            return list(pool.map(self._request, payloads))

@@ -1,0 +1,127 @@
+"""OpenAIPolicy against a real HTTP server on loopback that serves scripted replies,
+including a slow reply (client timeout) and 500 errors, both retried."""
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from arlgym.errors import PolicyRequestError, UnknownPolicyError
+from arlgym.policies import SamplingParams, make_policy
+
+
+class _Script:
+    """What the stub answers, in order: ("ok", text) | ("500",) | ("slow", seconds, text) | ("404",)."""
+
+    def __init__(self):
+        self.plan = []
+        self.requests = []
+        self.lock = threading.Lock()
+
+
+@pytest.fixture()
+def server():
+    script = _Script()
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            with script.lock:
+                script.requests.append((self.path, body, self.headers.get("Authorization")))
+                step = script.plan.pop(0) if script.plan else ("ok", "<think>x</think><action>up</action>")
+            if step[0] == "500":
+                self.send_response(500)
+                self.end_headers()
+                self.wfile.write(b"boom")
+                return
+            if step[0] == "404":
+                self.send_response(404)
+                self.end_headers()
+                self.wfile.write(b"no such model")
+                return
+            if step[0] == "slow":
+                time.sleep(step[1])
+            text = step[-1]
+            payload = json.dumps({"choices": [{"message": {"role": "assistant", "content": text},
+                                               "finish_reason": "stop"}],
+                                  "usage": {"completion_tokens": 3}}).encode()
+            try:
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}/v1", script
+    httpd.shutdown()
+
+
+def test_scripted_replies_and_request_shape(server):
+    url, script = server
+    script.plan = [("ok", "<think>a</think><action>left</action>")]
+    policy = make_policy(f"openai:{url}#my-model", api_key="sk-test")
+    [c] = policy.generate(["PROMPT"], SamplingParams(temperature=0.7, max_new_tokens=33, seed=5))
+    assert c.text == "<think>a</think><action>left</action>" and c.finish_reason == "stop"
+    path, body, auth = script.requests[0]
+    assert path == "/v1/chat/completions" and auth == "Bearer sk-test"
+    assert body["model"] == "my-model" and body["messages"] == [{"role": "user", "content": "PROMPT"}]
+    assert (body["temperature"], body["max_tokens"], body["seed"]) == (0.7, 33, 5)
+
+
+def test_500_is_retried(server):
+    url, script = server
+    script.plan = [("500",), ("500",), ("ok", "third time")]
+    policy = make_policy(f"openai:{url}#m", backoff=0.01)
+    [c] = policy.generate(["p"])
+    assert c.text == "third time" and c.meta["attempts"] == 3 and policy.attempts == 3
+
+
+def test_timeout_is_retried(server):
+    url, script = server
+    script.plan = [("slow", 1.0, "too late"), ("ok", "in time")]
+    policy = make_policy(f"openai:{url}#m", timeout=0.3, backoff=0.01)
+    [c] = policy.generate(["p"])
+    assert c.text == "in time" and c.meta["attempts"] == 2
+
+
+def test_gives_up_with_a_clear_error(server):
+    url, script = server
+    script.plan = [("500",)] * 3
+    policy = make_policy(f"openai:{url}#m", max_retries=2, backoff=0.01)
+    with pytest.raises(PolicyRequestError, match="failed 3 times; last error: HTTP 500"):
+        policy.generate(["p"])
+
+
+def test_client_errors_fail_fast(server):
+    url, script = server
+    script.plan = [("404",)]
+    policy = make_policy(f"openai:{url}#m", backoff=0.01)
+    with pytest.raises(PolicyRequestError, match="HTTP 404: no such model"):
+        policy.generate(["p"])
+    assert policy.attempts == 1
+
+
+def test_batch_keeps_order_with_concurrency(server):
+    url, script = server
+    script.plan = []
+    policy = make_policy(f"openai:{url}#m", max_concurrency=4)
+    out = policy.generate([f"p{i}" for i in range(10)])
+    assert len(out) == 10 and len(script.requests) == 10
+    assert sorted(r[1]["messages"][0]["content"] for r in script.requests) == sorted(f"p{i}" for i in range(10))
+
+
+def test_spec_errors():
+    with pytest.raises(UnknownPolicyError, match="needs a model"):
+        make_policy("openai:http://localhost:1/v1")
+    with pytest.raises(UnknownPolicyError, match="valid specs"):
+        make_policy("gpt4")
