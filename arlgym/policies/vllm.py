@@ -114,7 +114,9 @@ class VLLMPolicy:
         for ids, request in zip(prompt_ids, outputs, strict=True):
             sample = request.outputs[0]
             tokens = list(sample.token_ids)
-            logprobs = [step[token].logprob for step, token in zip(sample.logprobs or [], tokens)]
+            logprobs = None if sample.logprobs is None else [
+                step[token].logprob for step, token in zip(sample.logprobs, tokens, strict=True)
+            ]
             completions.append(
                 Completion(
                     text=self.tokenizer.decode(tokens, skip_special_tokens=True),
