@@ -1,0 +1,118 @@
+"""``arlgym-sft``: collect behaviour-cloning data, show its statistics, fine-tune a model."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from arlgym.errors import ArlgymError
+
+__all__ = ["main"]
+
+
+def _default_out(env_id: str, policy: str, split: str) -> Path:
+    safe = lambda s: "".join(c if c.isalnum() or c in "-_." else "_" for c in s)  # noqa: E731
+    return Path("sft_data") / f"{safe(env_id.removeprefix('arl/'))}__{safe(policy)}__{split}"
+
+
+def _cmd_collect(args: argparse.Namespace) -> int:
+    from arlgym.cli import _parse_kwargs
+    from arlgym.sft.collect import CollectConfig, collect_sft
+
+    cfg = CollectConfig(env_id=args.env, policy=args.policy, episodes=args.episodes,
+                        group_size=args.group_size, temperature=args.temperature,
+                        max_new_tokens=args.max_new_tokens, min_score=args.min_score,
+                        split=args.split, seed=args.seed, batch_tasks=args.batch_tasks,
+                        workers=args.workers, env_kwargs=_parse_kwargs(args.env_kwarg))
+    out = Path(args.out) if args.out else _default_out(args.env, args.policy, args.split)
+    stats = collect_sft(cfg, out, progress=not args.no_progress)
+    print(f"{stats['samples']} samples from {stats['kept_episodes']}/{stats['episodes']} episodes "
+          f"(success {stats['success_rate']:.1%}) -> {out / 'samples.jsonl'}")
+    return 0
+
+
+def _cmd_stats(args: argparse.Namespace) -> int:
+    from arlgym.sft.collect import dataset_stats
+
+    tokenizer = None
+    if args.tokenizer:
+        from arlgym.models import load_tokenizer
+
+        tokenizer = load_tokenizer(args.tokenizer)
+    out = Path(args.data)
+    if out.is_file():
+        out = out.parent
+    if not (out / "samples.jsonl").exists():
+        raise ArlgymError(f"no samples.jsonl in {out}; run `arlgym-sft collect` first")
+    print(json.dumps(dataset_stats(out, tokenizer), indent=2))
+    return 0
+
+
+def _cmd_train(args: argparse.Namespace) -> int:
+    from arlgym.sft.train import train_from_args
+
+    return train_from_args(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="arlgym-sft", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("collect", help="roll out a policy and write step-level chat samples",
+                       description="Roll out --policy on --env through arlgym's rollout "
+                                   "collector, keep episodes passing --min-score (default: won) "
+                                   "and write one HF `messages` sample per step to "
+                                   "OUT/samples.jsonl, with a dataset card. Interrupted runs "
+                                   "resume where they stopped, without duplicates.")
+    p.add_argument("--env", default="arl/Sokoban-v0", help="env id (default: arl/Sokoban-v0)")
+    p.add_argument("--policy", default="expert",
+                   help="policy spec: expert | hf:<path> | vllm:<path> | openai:<url>#<model>")
+    p.add_argument("--episodes", type=int, default=200, help="episodes to roll out (default: 200)")
+    p.add_argument("--group-size", type=int, default=1, help="rollouts per task (default: 1)")
+    p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (default: 0)")
+    p.add_argument("--max-new-tokens", type=int, default=256)
+    p.add_argument("--min-score", type=float, default=None,
+                   help="keep episodes with score >= this (default: keep won episodes)")
+    p.add_argument("--split", default="train", help="task split (default: train)")
+    p.add_argument("--seed", type=int, default=0, help="base seed: group g uses seed+g")
+    p.add_argument("--workers", type=int, default=None,
+                   help="env worker processes (default: in-process unless the env needs them)")
+    p.add_argument("--batch-tasks", type=int, default=32,
+                   help="task groups played in parallel per batch (default: 32)")
+    p.add_argument("--env-kwarg", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--out", default=None, help="output folder (default: sft_data/<env>__<policy>__<split>)")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=_cmd_collect)
+
+    p = sub.add_parser("stats", help="print counts, success and tokens per sample of a dataset")
+    p.add_argument("data", help="dataset folder (or its samples.jsonl)")
+    p.add_argument("--tokenizer", default=None, help="model spec whose tokenizer counts tokens (e.g. tiny)")
+    p.set_defaults(func=_cmd_stats)
+
+    p = sub.add_parser("train", help="SFT a model on collected samples (TRL SFTTrainer)")
+    try:
+        from arlgym.sft.train import add_train_arguments
+
+        add_train_arguments(p)
+    except ImportError:  # the [train] extra is missing; train_from_args will say so
+        p.add_argument("rest", nargs=argparse.REMAINDER)
+    p.set_defaults(func=_cmd_train)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except ArlgymError as e:
+        print(f"arlgym-sft: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("arlgym-sft: interrupted; rerun the same command to resume", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
