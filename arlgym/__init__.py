@@ -32,6 +32,7 @@ __version__ = "0.1.0"
 ENV_IDS: dict[str, tuple[str, dict]] = {
     "arl/Sokoban-v0": ("arlgym.envs.sokoban.env:SokobanEnv", {}),
     "arl/SokobanVision-v0": ("arlgym.envs.sokoban.env:SokobanVisionEnv", {}),
+    "arl/ALFWorld-v0": ("arlgym.envs.alfworld.env:ALFWorldEnv", {}),
 }
 
 

@@ -248,16 +248,18 @@ def _location_ids(fp: FloorPlan) -> dict[str, str]:
     return out
 
 
-def generate_game(split: str, index: int, *, seed: int = 0, max_tries: int = 50) -> GeneratedGame:
+def generate_game(split: str, index: int, *, seed: int = 0, attempt: int = 0,
+                  max_tries: int = 50) -> GeneratedGame:
     """Problem ``index`` of ``split`` (deterministic); its walkthrough is not yet engine-checked.
 
     Task types cycle through the six types (``index % 6``), so every prefix of a split is
-    balanced across types.
+    balanced across types. ``attempt`` draws another problem for the same slot (used when a
+    draw fails the solvability check).
     """
     if split not in _SPLIT_CODE:
         raise ConfigError(f"unknown split {split!r}; choose one of {list(SPLITS)}")
     task_type = TASK_TYPES[index % len(TASK_TYPES)]
-    rng = np.random.default_rng([int(seed), _SPLIT_CODE[split], int(index)])
+    rng = np.random.default_rng([int(seed), _SPLIT_CODE[split], int(index), int(attempt)])
     plans = floor_plans()
     names = [n for n in split_floor_plans(split) if _supports(plans[n], task_type)]
     if not names:
