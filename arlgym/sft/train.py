@@ -1,0 +1,215 @@
+"""``arlgym-sft train``: supervised fine-tuning on collected samples with TRL's ``SFTTrainer``.
+
+The loss is on assistant tokens only (``assistant_only_loss``; the chat templates arlgym ships
+mark assistant content with ``{% generation %}``), so the model learns the responses, not the
+long, repetitive prompts (Sokoban prompts differ in length by < 10%, so padding waste is small). The output
+directory is a plain HF checkpoint (model + tokenizer + chat template) that loads everywhere as
+``hf:<dir>``. Works on CPU (``python -m``/``arlgym-sft train``) and multi-GPU
+(``accelerate launch -m arlgym.sft.cli train ...``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from arlgym.errors import ArlgymError, ConfigError, MissingDependency
+
+__all__ = ["SFTRunConfig", "train_sft", "add_train_arguments", "train_from_args", "load_samples"]
+
+
+@dataclass
+class SFTRunConfig:
+    """Settings of one SFT run (CLI flags of ``arlgym-sft train``)."""
+
+    data: tuple[str, ...] = ("sft_data",)
+    model: str = "tiny"
+    output_dir: str = "runs/sft"
+    epochs: float = 3.0
+    lr: float = 1e-3
+    batch_size: int = 32
+    grad_accum: int = 1
+    max_length: int = 1024
+    warmup_ratio: float = 0.03
+    weight_decay: float = 0.0
+    lr_scheduler: str = "cosine"
+    max_steps: int = -1
+    time_budget_minutes: float | None = None
+    seed: int = 0
+    logging_steps: int = 10
+    save_steps: int = 0
+    lora_r: int = 0
+    bf16: bool = False
+    report_to: str = "none"
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 1 or self.grad_accum < 1:
+            raise ConfigError("--batch-size and --grad-accum must be >= 1")
+        if self.lr <= 0:
+            raise ConfigError(f"--lr must be > 0, got {self.lr}")
+        if self.epochs <= 0 and self.max_steps <= 0:
+            raise ConfigError("give --epochs > 0 or --max-steps > 0")
+
+
+def load_samples(paths: tuple[str, ...] | list[str]) -> list[dict[str, Any]]:
+    """``messages`` samples from dataset folders or ``.jsonl`` files (collect's output)."""
+    out: list[dict[str, Any]] = []
+    for p in paths:
+        path = Path(p)
+        files = sorted(path.rglob("samples.jsonl")) if path.is_dir() else [path]
+        if not files or not all(f.exists() for f in files):
+            raise ConfigError(f"no samples found at {p}; run `arlgym-sft collect --out {p}` first")
+        for f in files:
+            with f.open(encoding="utf-8") as fh:
+                for line in fh:
+                    if line.strip():
+                        row = json.loads(line)
+                        if "messages" not in row:
+                            raise ConfigError(f"{f}: lines need a 'messages' list (HF chat format)")
+                        out.append({"messages": row["messages"]})
+    if not out:
+        raise ConfigError(f"the data at {list(paths)} holds no samples")
+    return out
+
+
+def _time_budget_callback(minutes: float):
+    from transformers import TrainerCallback
+
+    class TimeBudget(TrainerCallback):
+        """Stops training (and saves) once the wall-clock budget is spent."""
+
+        def __init__(self) -> None:
+            self.start = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kwargs):
+            if time.perf_counter() - self.start > minutes * 60:
+                control.should_training_stop = True
+            return control
+
+    return TimeBudget()
+
+
+def train_sft(cfg: SFTRunConfig) -> dict[str, Any]:
+    """Fine-tune ``cfg.model`` on ``cfg.data``; returns run statistics (also in the output dir)."""
+    try:
+        import torch
+        from datasets import Dataset
+        from trl import SFTConfig, SFTTrainer
+    except ImportError as e:
+        raise MissingDependency(
+            "arlgym-sft train needs the [train] extra: pip install torch==2.13.0 && "
+            "pip install 'arlgym[train]'"
+        ) from e
+    from arlgym.models import load_model_and_tokenizer
+
+    samples = load_samples(cfg.data)
+    model, tokenizer = load_model_and_tokenizer(cfg.model, seed=cfg.seed)
+    model.train()
+    if cfg.lora_r > 0:
+        from peft import LoraConfig, get_peft_model
+
+        model = get_peft_model(model, LoraConfig(r=cfg.lora_r, lora_alpha=2 * cfg.lora_r,
+                                                 target_modules="all-linear", task_type="CAUSAL_LM"))
+    dataset = Dataset.from_list(samples)
+    steps_per_epoch = math.ceil(len(samples) / (cfg.batch_size * cfg.grad_accum))
+    sft_args = SFTConfig(
+        output_dir=cfg.output_dir,
+        assistant_only_loss=True,
+        max_length=cfg.max_length,
+        packing=False,
+        per_device_train_batch_size=cfg.batch_size,
+        gradient_accumulation_steps=cfg.grad_accum,
+        num_train_epochs=cfg.epochs,
+        max_steps=cfg.max_steps,
+        learning_rate=cfg.lr,
+        lr_scheduler_type=cfg.lr_scheduler,
+        warmup_steps=int(cfg.warmup_ratio * steps_per_epoch * max(cfg.epochs, 1)),
+        weight_decay=cfg.weight_decay,
+        logging_steps=cfg.logging_steps,
+        save_strategy="steps" if cfg.save_steps > 0 else "no",
+        save_steps=cfg.save_steps if cfg.save_steps > 0 else 500,
+        report_to=cfg.report_to,
+        seed=cfg.seed,
+        bf16=cfg.bf16,
+        dataloader_num_workers=0,
+        disable_tqdm=not cfg.progress,
+        use_cpu=not torch.cuda.is_available(),
+    )
+    callbacks = [_time_budget_callback(cfg.time_budget_minutes)] if cfg.time_budget_minutes else []
+    trainer = SFTTrainer(model=model, args=sft_args, train_dataset=dataset,
+                         processing_class=tokenizer, callbacks=callbacks)
+    started = time.perf_counter()
+    result = trainer.train()
+    elapsed = time.perf_counter() - started
+    final = trainer.model
+    if cfg.lora_r > 0:
+        final = final.merge_and_unload()
+    out = Path(cfg.output_dir)
+    if trainer.accelerator.is_main_process:
+        final.save_pretrained(out)
+        tokenizer.save_pretrained(out)
+    stats = {
+        "model": cfg.model,
+        "samples": len(samples),
+        "steps": int(result.global_step),
+        "train_loss": float(result.training_loss),
+        "seconds": elapsed,
+        "epochs_done": trainer.state.epoch,
+        "log": [h for h in trainer.state.log_history if "loss" in h],
+    }
+    if trainer.accelerator.is_main_process:
+        (out / "sft_stats.json").write_text(json.dumps(stats, indent=2))
+    return stats
+
+
+def add_train_arguments(p: argparse.ArgumentParser) -> None:
+    d = SFTRunConfig()
+    p.add_argument("--data", nargs="+", default=list(d.data),
+                   help="dataset folders (searched for samples.jsonl) or .jsonl files (default: sft_data)")
+    p.add_argument("--model", default=d.model,
+                   help="model spec: tiny | smollm2-135m | local dir | HF hub id (default: tiny)")
+    p.add_argument("--output-dir", default=d.output_dir, help="where the checkpoint goes (loads as hf:<dir>)")
+    p.add_argument("--epochs", type=float, default=d.epochs, help="training epochs (default: 3)")
+    p.add_argument("--lr", type=float, default=d.lr, help="peak learning rate (default: 1e-3, for tiny)")
+    p.add_argument("--batch-size", type=int, default=d.batch_size, help="per-device batch (default: 32)")
+    p.add_argument("--grad-accum", type=int, default=d.grad_accum)
+    p.add_argument("--max-length", type=int, default=d.max_length, help="token cap per sample")
+    p.add_argument("--warmup-ratio", type=float, default=d.warmup_ratio)
+    p.add_argument("--weight-decay", type=float, default=d.weight_decay)
+    p.add_argument("--lr-scheduler", default=d.lr_scheduler, help="HF scheduler name (default: cosine)")
+    p.add_argument("--max-steps", type=int, default=d.max_steps, help="stop after this many steps (-1: off)")
+    p.add_argument("--time-budget-minutes", type=float, default=None,
+                   help="stop (and save) once this much wall-clock time has passed")
+    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--logging-steps", type=int, default=d.logging_steps)
+    p.add_argument("--save-steps", type=int, default=d.save_steps, help="checkpoint every N steps (0: only at the end)")
+    p.add_argument("--lora-r", type=int, default=d.lora_r, help="LoRA rank (0: full fine-tuning)")
+    p.add_argument("--bf16", action="store_true", help="bf16 mixed precision (GPU)")
+    p.add_argument("--report-to", default=d.report_to, help="none | tensorboard | wandb | trackio")
+    p.add_argument("--no-progress", action="store_true")
+
+
+def train_from_args(args: argparse.Namespace) -> int:
+    if hasattr(args, "rest"):
+        raise MissingDependency("arlgym-sft train needs the [train] extra: pip install 'arlgym[train]'")
+    cfg = SFTRunConfig(
+        data=tuple(args.data), model=args.model, output_dir=args.output_dir, epochs=args.epochs,
+        lr=args.lr, batch_size=args.batch_size, grad_accum=args.grad_accum,
+        max_length=args.max_length, warmup_ratio=args.warmup_ratio,
+        weight_decay=args.weight_decay, lr_scheduler=args.lr_scheduler,
+        max_steps=args.max_steps, time_budget_minutes=args.time_budget_minutes, seed=args.seed,
+        logging_steps=args.logging_steps, save_steps=args.save_steps, lora_r=args.lora_r,
+        bf16=args.bf16, report_to=args.report_to, progress=not args.no_progress)
+    try:
+        stats = train_sft(cfg)
+    except ArlgymError:
+        raise
+    print(f"trained {stats['steps']} steps in {stats['seconds']:.0f} s, final loss "
+          f"{stats['train_loss']:.4f} -> {cfg.output_dir} (load with hf:{cfg.output_dir})")
+    return 0

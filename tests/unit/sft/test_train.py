@@ -1,0 +1,60 @@
+"""arlgym-sft train: TRL SFTTrainer with assistant-only loss; the output loads as hf:<dir>."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from arlgym.errors import ConfigError
+from arlgym.sft.collect import CollectConfig, collect_sft
+from arlgym.sft.train import SFTRunConfig, load_samples, train_sft
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    out = tmp_path_factory.mktemp("sft")
+    collect_sft(CollectConfig(episodes=24, batch_tasks=8), out, progress=False)
+    return out
+
+
+def test_bad_inputs_raise_clear_errors(tmp_path):
+    with pytest.raises(ConfigError, match="no samples found"):
+        load_samples([str(tmp_path / "missing")])
+    with pytest.raises(ConfigError, match="--lr"):
+        SFTRunConfig(lr=0)
+
+
+@pytest.mark.slow
+def test_tiny_sft_lowers_loss_and_output_loads_as_hf_policy(data, tmp_path):
+    out = tmp_path / "model"
+    stats = train_sft(SFTRunConfig(data=(str(data),), model="tiny", output_dir=str(out),
+                                   max_steps=6, batch_size=8, lr=3e-3, logging_steps=1,
+                                   progress=False))
+    losses = [h["loss"] for h in stats["log"]]
+    assert stats["steps"] == 6 and losses[-1] < losses[0]
+    assert json.loads((out / "sft_stats.json").read_text())["steps"] == 6
+
+    from arlgym.policies import SamplingParams, make_policy
+    from arlgym.rollout import collect
+
+    policy = make_policy(f"hf:{out}")
+    trajs = collect("arl/Sokoban-v0", policy, num_tasks=1, group_size=1, seed=0,
+                    sampling=SamplingParams(temperature=0.0, max_new_tokens=16),
+                    env_kwargs={"max_steps": 2})
+    assert trajs[0].length == 2 and trajs[0].steps[0].response_token_ids
+
+
+@pytest.mark.slow
+def test_cli_train_smollm2_few_steps(data, tmp_path):
+    out = tmp_path / "smol"
+    proc = subprocess.run([sys.executable, "-m", "arlgym.sft.cli", "train", "--data", str(data),
+                           "--model", "smollm2-135m", "--output-dir", str(out), "--max-steps", "2",
+                           "--batch-size", "2", "--lr", "1e-5", "--max-length", "768",
+                           "--no-progress"], capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "load with hf:" in proc.stdout
+    from arlgym.models import load_model_and_tokenizer
+
+    model, tok = load_model_and_tokenizer(str(out))
+    assert model.config.model_type == "llama" and tok.chat_template
