@@ -482,7 +482,7 @@ class ReferenceGame:
         from alfworld.agents.environment.alfred_tw_env import AlfredDemangler
         from textworld.envs.pddl import PddlEnv
 
-        infos = textworld.EnvInfos(admissible_commands=True, won=True, facts=True)
+        infos = textworld.EnvInfos(admissible_commands=True, won=True)
         self.env = AlfredDemangler(PddlEnv(infos))
         self.state: Any = None
 
