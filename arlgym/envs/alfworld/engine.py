@@ -93,6 +93,8 @@ class _Shared:
     code: dict[str, Any] = {}
     translations: OrderedDict[str, Any] = OrderedDict()
     max_translations = 64
+    #: per game: operator name -> command text, and the named entity infos
+    games: OrderedDict[str, dict[str, Any]] = OrderedDict()
 
 
 class AlfredGame:
@@ -126,8 +128,17 @@ class AlfredGame:
         self._game = dict(game)
         self._key = key
         self._logic, self._rules = self._logic_for(domain, grammar)
-        self._commands = {}  # operator name -> command text, for this game
-        self._entity_infos: dict[str, Any] | None = None
+        per_game = _Shared.games.get(key)
+        if per_game is None:
+            per_game = {"commands": {}, "entity_infos": None}
+            _Shared.games[key] = per_game
+            while len(_Shared.games) > _Shared.max_translations:
+                _Shared.games.popitem(last=False)
+        else:
+            _Shared.games.move_to_end(key)
+        self._per_game = per_game
+        self._commands = per_game["commands"]  # operator name -> command text
+        self._entity_infos: dict[str, Any] | None = per_game["entity_infos"]
 
     def _logic_for(self, domain: str, grammar: str) -> tuple[Any, dict[str, list]]:
         """The parsed GameLogic shared across games, and this game's grammar rules."""
@@ -224,7 +235,7 @@ class AlfredGame:
             raise ArlgymError("AlfredGame.reset() before load()")
         self.state = self._new_state()
         if self._entity_infos is None:
-            self._entity_infos = self._names()
+            self._entity_infos = self._per_game["entity_infos"] = self._names()
         ctx = self._context({}, {})
         self.feedback = self.derive("#intro#", ctx)
         self._refresh()
