@@ -1,0 +1,151 @@
+"""Turn samples -> padded tensors -> per-token log-probs of the sampled responses.
+
+The trainer trains on the exact token ids the rollout sampled (token-in/token-out). A batch is
+laid out with prompts left-padded and responses right-padded, so every response starts at the
+same column ``P`` (the longest prompt)::
+
+    [pad pad p p p p | r r r pad]
+    [pad p p p p p p | r r pad pad]
+
+The model then only needs logits for the last ``R + 1`` columns (``logits_to_keep``), which
+saves the LM head on the whole prompt, and position ids are counted from the first real token.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor
+
+__all__ = ["TokenSample", "PackedBatch", "pack", "response_logprobs", "token_samples"]
+
+
+@dataclass
+class TokenSample:
+    """One training sample = one turn of one trajectory, with its tokens (DESIGN.md §5).
+
+    It carries every field :func:`arlgym.rl.compute_advantages` reads, with the meanings of
+    :mod:`arlgym.rl.advantages`: ``step_reward`` is the env reward of the turn (task reward −
+    format penalty), ``episode_return`` the trajectory's summed env reward, ``format_penalty``
+    the penalty inside ``step_reward``. ``old_logprobs``/``ref_logprobs`` are filled by the
+    trainer; ``rollout_logprobs`` are the sampler's own.
+    """
+
+    uid: str
+    traj_id: str
+    step: int
+    anchor: str
+    step_reward: float
+    episode_return: float
+    format_penalty: float
+    format_valid: bool
+    action_valid: bool
+    won: bool
+    prompt_ids: list[int]
+    response_ids: list[int]
+    rollout_logprobs: list[float] | None = None
+    old_logprobs: Tensor | None = None
+    ref_logprobs: Tensor | None = None
+    entropy: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.prompt_ids) + len(self.response_ids)
+
+
+def token_samples(trajectories: Sequence[Any]) -> list[TokenSample]:
+    """Flatten :class:`~arlgym.rollout.Trajectory` objects into token samples.
+
+    Turns whose response has no token ids (scripted policies) cannot be trained on and raise.
+    """
+    out: list[TokenSample] = []
+    for traj in trajectories:
+        ret = float(traj.episode_return)
+        for s in traj.steps:
+            if s.prompt_token_ids is None or s.response_token_ids is None:
+                raise ValueError(
+                    f"trajectory {traj.traj_id} step {s.step} has no token ids; RL needs a model "
+                    "policy that returns prompt/response token ids (hf:, vllm:)"
+                )
+            out.append(TokenSample(
+                uid=s.uid, traj_id=s.traj_id, step=s.step, anchor=s.anchor,
+                step_reward=float(s.step_reward), episode_return=ret,
+                format_penalty=float(s.format_penalty), format_valid=bool(s.format_valid),
+                action_valid=bool(s.action_valid), won=bool(traj.won),
+                prompt_ids=list(s.prompt_token_ids), response_ids=list(s.response_token_ids),
+                rollout_logprobs=list(s.logprobs) if s.logprobs is not None else None,
+            ))
+    return out
+
+
+@dataclass
+class PackedBatch:
+    """Tensors of a micro-batch. Shapes: ``input_ids``/``attention_mask``/``position_ids``
+    (B, P + R); ``response_ids``/``response_mask`` (B, R)."""
+
+    input_ids: Tensor
+    attention_mask: Tensor
+    position_ids: Tensor
+    response_ids: Tensor
+    response_mask: Tensor
+    prompt_width: int
+
+    @property
+    def response_width(self) -> int:
+        return self.response_ids.shape[1]
+
+
+def pack(samples: Sequence[TokenSample], pad_id: int, device: torch.device | str = "cpu") -> PackedBatch:
+    """Left-pad prompts and right-pad responses so that all responses start at one column."""
+    if not samples:
+        raise ValueError("pack() needs at least one sample")
+    p_max = max(len(s.prompt_ids) for s in samples)
+    r_max = max(1, max(len(s.response_ids) for s in samples))
+    b = len(samples)
+    input_ids = torch.full((b, p_max + r_max), pad_id, dtype=torch.long)
+    attn = torch.zeros((b, p_max + r_max), dtype=torch.long)
+    resp = torch.full((b, r_max), pad_id, dtype=torch.long)
+    resp_mask = torch.zeros((b, r_max), dtype=torch.float32)
+    for i, s in enumerate(samples):
+        p, r = len(s.prompt_ids), len(s.response_ids)
+        input_ids[i, p_max - p : p_max] = torch.tensor(s.prompt_ids)
+        attn[i, p_max - p : p_max + r] = 1
+        if r:
+            input_ids[i, p_max : p_max + r] = torch.tensor(s.response_ids)
+            resp[i, :r] = torch.tensor(s.response_ids)
+            resp_mask[i, :r] = 1.0
+    position_ids = (attn.cumsum(dim=1) - 1).clamp(min=0)
+    return PackedBatch(input_ids.to(device), attn.to(device), position_ids.to(device),
+                       resp.to(device), resp_mask.to(device), p_max)
+
+
+def response_logprobs(
+    model: Any,
+    batch: PackedBatch,
+    *,
+    temperature: float = 1.0,
+    with_entropy: bool = False,
+) -> tuple[Tensor, Tensor | None]:
+    """Log-probs (B, R) of the response tokens under ``model`` (and token entropies (B, R)).
+
+    ``log_softmax(logits / temperature)``, the distribution the sampler drew from (verl and
+    ARLArena divide by the rollout temperature the same way). Gradients flow when called
+    outside ``torch.no_grad()``. Padding positions hold 0.
+    """
+    r = batch.response_width
+    out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+                position_ids=batch.position_ids, logits_to_keep=r + 1, use_cache=False)
+    logits = out.logits[:, :-1, :].float()  # column P-1+k predicts response token k
+    if temperature != 1.0:
+        logits = logits / temperature
+    logp_all = torch.log_softmax(logits, dim=-1)
+    logp = logp_all.gather(-1, batch.response_ids.unsqueeze(-1)).squeeze(-1)
+    logp = logp * batch.response_mask
+    entropy = None
+    if with_entropy:
+        entropy = -(logp_all.exp() * logp_all).sum(-1) * batch.response_mask
+    return logp, entropy

@@ -1,0 +1,93 @@
+"""Command line of the RL trainer: every :class:`TrainConfig` field is a flag; ``--config``
+loads a YAML file of the same fields first, flags override it."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import types
+import typing
+from pathlib import Path
+from typing import Any
+
+from arlgym.errors import ArlgymError, ConfigError
+from arlgym.rl.config import TrainConfig
+
+__all__ = ["parse_train_config", "main"]
+
+
+def _bool(text: str) -> bool:
+    low = text.lower()
+    if low in ("1", "true", "yes", "on"):
+        return True
+    if low in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true/false, got {text!r}")
+
+
+def _converter(tp: Any):
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return _converter(args[0])
+    if tp is bool:
+        return _bool
+    if tp in (int, float, str):
+        return tp
+    if tp is dict or origin is dict:
+        return json.loads
+    return str
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="trainers/sampo.py",
+        description="RL training of LLM agents with SAMPO or a baseline preset (arlgym). "
+                    "Run under `accelerate launch` for several processes.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--config", default=None, help="YAML file with TrainConfig fields")
+    hints = typing.get_type_hints(TrainConfig)
+    for f in dataclasses.fields(TrainConfig):
+        p.add_argument(f"--{f.name}", type=_converter(hints[f.name]), default=argparse.SUPPRESS,
+                       help=f.metadata.get("help", ""))
+    return p
+
+
+def parse_train_config(argv: list[str] | None = None) -> TrainConfig:
+    args = vars(build_parser().parse_args(argv))
+    values: dict[str, Any] = {}
+    config = args.pop("config", None)
+    if config:
+        import yaml
+
+        path = Path(config)
+        if not path.is_file():
+            raise ConfigError(f"--config {config}: no such file")
+        loaded = yaml.safe_load(path.read_text()) or {}
+        known = {f.name for f in dataclasses.fields(TrainConfig)}
+        unknown = sorted(set(loaded) - known)
+        if unknown:
+            raise ConfigError(f"{config}: unknown field(s) {unknown}; see --help for the fields")
+        values.update(loaded)
+    values.update(args)
+    return TrainConfig(**values)
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        cfg = parse_train_config(argv)
+        from arlgym.rl.trainer import Trainer
+
+        trainer = Trainer(cfg)
+        history = trainer.train()
+    except ArlgymError as e:
+        print(f"sampo: error: {e}", file=sys.stderr)
+        return 2
+    if trainer.accelerator.is_main_process and history:
+        last = history[-1]
+        print(f"done: {len(history)} steps this run; last step success "
+              f"{last['env/success_rate']:.3f}, format-valid {last['env/format_valid_ratio']:.3f} "
+              f"-> {cfg.output_dir}")
+    return 0

@@ -1,0 +1,479 @@
+"""The RL trainer: SAMPO and its baselines on Accelerate (entry: ``trainers/sampo.py``).
+
+One step, top to bottom (paper §2, Appendix B; ARLArena's loop, reference §6):
+
+1. **Rollout** — every rank plays its own task groups (``num_tasks / world_size`` groups of
+   ``group_size``) through the shared :class:`~arlgym.rollout.RolloutCollector` with the live
+   model (HF ``generate``; vLLM when configured, weights synced after each update). Whole
+   groups stay on one rank, so group-relative advantages need no communication.
+2. **Dynamic sampling** (presets with a filter) — groups whose returns are all equal are
+   dropped and more groups are rolled, up to ``max_tries`` rollouts.
+3. **Old / reference log-probs** — recomputed without grad on the exact sampled tokens.
+4. **Advantages** — the preset's estimator over the turn samples (GRPO / GiGPO / EMPG).
+5. **Update** — ``ppo_epochs`` passes of mini-batches, each split into token-budgeted
+   micro-batches; the preset's loss with global token/sequence counts (so the loss does not
+   depend on how a mini-batch is split or sharded); ranks agree on the number of micro-batches
+   (padding with zero-weight ones) so DDP/FSDP never wait on a missing collective; gradient
+   clipping; optimizer step.
+6. **Telemetry** — env success/return/length/format validity, KL, entropy, clip fractions, the
+   IS-ratio out-of-range fractions split by advantage sign (paper Fig. 3), masked sequences,
+   kept-group fraction, tokens/s, step time → Accelerate trackers and ``metrics.jsonl``.
+7. **Checkpoint** — every ``save_steps`` and at the end: model, optimizer, scheduler, RNG
+   states (``accelerator.save_state``) and the trainer state (step, task stream position).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from arlgym.errors import ConfigError
+from arlgym.rl.advantages import advantage_metrics, compute_advantages
+from arlgym.rl.batching import TokenSample, pack, response_logprobs, token_samples
+from arlgym.rl.config import TrainConfig
+from arlgym.rl.losses import policy_loss
+from arlgym.rl.presets import advantage_kwargs, get_preset, make_sampler, policy_loss_kwargs
+
+__all__ = ["Trainer", "resolve_algorithm", "seed_everything", "env_family"]
+
+_FAMILIES = {"sokoban": "sokoban", "alfworld": "alfworld", "webshop": "webshop", "tir": "tir_math"}
+
+
+def env_family(env_id: str) -> str:
+    """Table 6 column of an env id (``arl/SokobanVision-v0`` -> ``sokoban``)."""
+    name = env_id.split("/")[-1].lower()
+    for prefix, family in _FAMILIES.items():
+        if name.startswith(prefix):
+            return family
+    return "alfworld"
+
+
+def seed_everything(seed: int) -> None:
+    """The one place the trainer seeds python, numpy and torch."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def resolve_algorithm(cfg: TrainConfig) -> dict[str, Any]:
+    """The preset of ``cfg.algo`` for the env's Table 6 column, with ``cfg``'s overrides."""
+    preset = get_preset(cfg.algo, env=env_family(cfg.env_id))
+    adv = preset["advantage"]
+    for key in ("norm", "gamma", "step_weight"):
+        if getattr(cfg, key) is not None:
+            adv[key] = getattr(cfg, key)
+    if cfg.advantage is not None:
+        adv["name"] = cfg.advantage
+    adv.update(cfg.advantage_kwargs)
+    loss = preset["loss"]
+    if cfg.loss is not None:
+        loss = {"name": cfg.loss, "clip_low": loss["clip_low"], "clip_high": loss["clip_high"]}
+        preset["loss"] = loss
+    for key in ("clip_low", "clip_high"):
+        if getattr(cfg, key) is not None:
+            loss[key] = getattr(cfg, key)
+    loss.update(cfg.loss_kwargs)
+    if cfg.aggregation is not None:
+        preset["aggregation"] = cfg.aggregation
+    if cfg.seq_mask_delta is not None:
+        preset["seq_mask"] = {"enabled": True, "delta": cfg.seq_mask_delta}
+    if cfg.kl_coef is not None:
+        preset["kl_coef"] = cfg.kl_coef
+    if cfg.dynamic_sampling is not None:
+        preset["filter"]["enabled"] = cfg.dynamic_sampling
+    if cfg.max_tries is not None:
+        preset["filter"]["max_tries"] = cfg.max_tries
+    if cfg.cold_start_steps is not None:
+        preset["filter"]["cold_start_steps"] = cfg.cold_start_steps
+    if cfg.lr is not None:
+        preset["lr"] = cfg.lr
+    preset["max_response_len"] = cfg.max_new_tokens
+    return preset
+
+
+def _micro_batches(samples: list[TokenSample], order: list[int], budget: int) -> list[list[int]]:
+    """Split ``order`` into micro-batches whose padded size B·(P+R) stays within ``budget``.
+
+    Samples are grouped by similar length first (sorted), so padding stays small.
+    """
+    order = sorted(order, key=lambda i: (len(samples[i].prompt_ids), len(samples[i].response_ids)))
+    out: list[list[int]] = []
+    cur: list[int] = []
+    p_max = r_max = 0
+    for i in order:
+        p, r = len(samples[i].prompt_ids), len(samples[i].response_ids)
+        np_, nr = max(p_max, p), max(r_max, r)
+        if cur and (len(cur) + 1) * (np_ + nr) > budget:
+            out.append(cur)
+            cur, np_, nr = [], p, r
+        cur.append(i)
+        p_max, r_max = np_, nr
+    if cur:
+        out.append(cur)
+    return out
+
+
+class Trainer:
+    """Runs ``cfg.max_steps`` RL steps; see the module docstring for one step."""
+
+    def __init__(self, cfg: TrainConfig) -> None:
+        from accelerate import Accelerator
+        from accelerate.utils import ProjectConfiguration
+
+        from arlgym.models import load_model_and_tokenizer
+
+        self.cfg = cfg
+        self.algo = resolve_algorithm(cfg)
+        self.out = Path(cfg.output_dir)
+        log_with = None if cfg.log_with in ("none", "", None) else cfg.log_with
+        self.accelerator = Accelerator(
+            log_with=log_with,
+            project_config=ProjectConfiguration(project_dir=str(self.out), logging_dir=str(self.out / "logs")),
+            cpu=not torch.cuda.is_available(),
+        )
+        acc = self.accelerator
+        if cfg.num_tasks % acc.num_processes:
+            raise ConfigError(
+                f"num_tasks={cfg.num_tasks} must be a multiple of the number of processes "
+                f"({acc.num_processes}) so that whole groups stay on one rank"
+            )
+        self.local_tasks = cfg.num_tasks // acc.num_processes
+        seed_everything(cfg.seed + acc.process_index)
+        model, self.tokenizer = load_model_and_tokenizer(cfg.model, seed=cfg.seed)
+        model.train()
+        self.kl_coef = float(self.algo["kl_coef"] or 0.0)
+        self.ref_model = None
+        if self.kl_coef > 0:
+            ref, _ = load_model_and_tokenizer(cfg.model, seed=cfg.seed)
+            ref.requires_grad_(False)
+            self.ref_model = ref.to(acc.device).eval()
+        optimizer = torch.optim.AdamW(model.parameters(), lr=self.algo["lr"],
+                                      weight_decay=cfg.weight_decay)
+        warm = max(1, cfg.warmup_steps)
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / warm))
+        self.model, self.optimizer, self.scheduler = acc.prepare(model, optimizer, scheduler)
+        self.step = 0
+        self.policy = self._make_policy()
+        self.sampler = make_sampler(self.algo, target_groups=self.local_tasks)
+        if self.sampler is not None:  # ARLArena filters on the env return without penalties
+            self.sampler.returns_of = lambda traj: traj.task_return
+        from arlgym.rollout import RolloutCollector
+
+        self.collector = RolloutCollector(
+            cfg.env_id, self.policy, group_size=cfg.group_size, num_tasks=self.local_tasks,
+            env_kwargs=cfg.env_kwargs, seed=cfg.seed * 1_000_003 + acc.process_index * 10_000_019,
+            progress=False)
+        if acc.is_main_process:
+            self.out.mkdir(parents=True, exist_ok=True)
+            (self.out / "config.json").write_text(json.dumps(
+                {"config": cfg.__dict__, "algorithm": self.algo}, indent=2, default=str))
+        if log_with:
+            acc.init_trackers("arlgym", config={k: v for k, v in cfg.__dict__.items()
+                                                if isinstance(v, (int, float, str, bool))})
+        if cfg.resume:
+            self._resume()
+
+    # ------------------------------------------------------------------ plumbing
+    def _make_policy(self):
+        engine = self.cfg.rollout_engine
+        if engine == "auto":
+            engine = "vllm" if torch.cuda.is_available() and _has_vllm() else "hf"
+        if engine == "vllm":
+            from arlgym.policies.vllm import VLLMPolicy
+
+            from arlgym.models import model_path
+
+            policy = VLLMPolicy(str(model_path(self.cfg.model, seed=self.cfg.seed)))
+            policy.load_weights(self.accelerator.unwrap_model(self.model))
+            return policy
+        from arlgym.policies.hf import HFPolicy
+
+        return HFPolicy(self.accelerator.unwrap_model(self.model), tokenizer=self.tokenizer,
+                        batch_size=self.cfg.generation_batch_size)
+
+    def _sync_rollout_weights(self) -> None:
+        if hasattr(self.policy, "load_weights"):
+            self.policy.load_weights(self.accelerator.unwrap_model(self.model))
+
+    def _checkpoint_dir(self, step: int) -> Path:
+        return self.out / "checkpoints" / f"step-{step:06d}"
+
+    def save_checkpoint(self) -> Path:
+        path = self._checkpoint_dir(self.step)
+        self.accelerator.save_state(str(path))
+        if self.accelerator.is_main_process:
+            (path / "trainer_state.json").write_text(json.dumps({"step": self.step}))
+        # each rank's task-stream position (ranks draw disjoint tasks)
+        (path / f"collector_rank{self.accelerator.process_index}.json").write_text(
+            json.dumps({"next_seed": self.collector.vec._next_seed,
+                        "batches": self.collector._batches}))
+        self.accelerator.wait_for_everyone()
+        return path
+
+    def _resume(self) -> None:
+        ckpts = sorted((self.out / "checkpoints").glob("step-*"))
+        if not ckpts:
+            raise ConfigError(f"--resume: no checkpoint under {self.out / 'checkpoints'}")
+        path = ckpts[-1]
+        self.accelerator.load_state(str(path))
+        self.step = json.loads((path / "trainer_state.json").read_text())["step"]
+        state = json.loads((path / f"collector_rank{self.accelerator.process_index}.json").read_text())
+        self.collector.vec._next_seed = state["next_seed"]
+        self.collector._batches = state["batches"]
+
+    # ------------------------------------------------------------------ one step
+    def _sampling(self, attempt: int):
+        from arlgym.policies import SamplingParams
+
+        c = self.cfg
+        seed = (c.seed * 7919 + self.step * 104_729 + attempt * 1_299_709
+                + self.accelerator.process_index * 15_485_863) % 2**31
+        return SamplingParams(temperature=c.temperature, top_p=c.top_p, top_k=c.top_k,
+                              max_new_tokens=c.max_new_tokens, seed=seed)
+
+    def _rollout(self) -> tuple[list[Any], list[Any], dict[str, torch.Tensor]]:
+        """Groups to train on, every trajectory rolled (for env metrics), filter metrics."""
+        unwrapped = self.accelerator.unwrap_model(self.model)
+        unwrapped.eval()
+        rolled: list[Any] = []
+        attempt = [0]
+
+        def rollout_groups() -> list[list[Any]]:
+            trajs = self.collector.collect(sampling=self._sampling(attempt[0]))
+            attempt[0] += 1
+            rolled.extend(trajs)
+            g = self.cfg.group_size
+            return [trajs[i : i + g] for i in range(0, len(trajs), g)]
+
+        try:
+            if self.sampler is None:
+                groups, fmetrics = rollout_groups(), {}
+            else:
+                groups, fmetrics = self.sampler.sample(rollout_groups, self.step)
+        finally:
+            unwrapped.train()
+        return groups, rolled, fmetrics
+
+    @torch.no_grad()
+    def _fill_logprobs(self, samples: list[TokenSample], need_entropy: bool) -> None:
+        pad = self.tokenizer.pad_token_id
+        dev = self.accelerator.device
+        model = self.accelerator.unwrap_model(self.model)
+        for mb in _micro_batches(samples, list(range(len(samples))), self.cfg.micro_batch_tokens):
+            batch = pack([samples[i] for i in mb], pad, dev)
+            logp, ent = response_logprobs(model, batch, temperature=self.cfg.temperature,
+                                          with_entropy=need_entropy)
+            ref = None
+            if self.ref_model is not None:
+                ref, _ = response_logprobs(self.ref_model, batch, temperature=self.cfg.temperature)
+            for row, i in enumerate(mb):
+                n = len(samples[i].response_ids)
+                samples[i].old_logprobs = logp[row, :n].cpu()
+                if ref is not None:
+                    samples[i].ref_logprobs = ref[row, :n].cpu()
+                if ent is not None:
+                    samples[i].entropy = float(ent[row, :n].mean()) if n else 0.0
+
+    def _all_max(self, value: int) -> int:
+        t = torch.tensor([value], device=self.accelerator.device)
+        return int(self.accelerator.reduce(t, reduction="max").item()) if self.accelerator.num_processes > 1 else value
+
+    def _all_sum(self, value: float) -> float:
+        t = torch.tensor([float(value)], device=self.accelerator.device)
+        return float(self.accelerator.reduce(t, reduction="sum").item()) if self.accelerator.num_processes > 1 else value
+
+    def _stack(self, samples: list[TokenSample], idx: list[int], width: int, attr: str) -> torch.Tensor:
+        out = torch.zeros(len(idx), width)
+        for row, i in enumerate(idx):
+            v = getattr(samples[i], attr)
+            out[row, : len(v)] = v
+        return out.to(self.accelerator.device)
+
+    def _update(self, samples: list[TokenSample], adv: torch.Tensor) -> dict[str, float]:
+        cfg, acc = self.cfg, self.accelerator
+        loss_kw = policy_loss_kwargs(self.algo)
+        name = loss_kw.pop("name")
+        world = acc.num_processes
+        gen = torch.Generator().manual_seed(cfg.seed * 31 + self.step)
+        sums: dict[str, float] = {}
+        weight_total = 0.0
+        n_local = len(samples)
+        mini = cfg.mini_batch_size or max(1, n_local)
+        n_mini = self._all_max(max(1, math.ceil(n_local / mini)))
+        grad_norms = []
+        for _epoch in range(cfg.ppo_epochs):
+            perm = torch.randperm(n_local, generator=gen).tolist() if n_local else []
+            chunks = [perm[k::n_mini] for k in range(n_mini)]
+            for chunk in chunks:
+                tokens = sum(len(samples[i].response_ids) for i in chunk)
+                g_tokens = max(1.0, self._all_sum(tokens))
+                g_seqs = max(1.0, self._all_sum(len(chunk)))
+                micro = _micro_batches(samples, chunk, cfg.micro_batch_tokens) if chunk else []
+                n_micro = self._all_max(len(micro))
+                micro += [[]] * (n_micro - len(micro))
+                for k, mb in enumerate(micro):
+                    dummy = not mb
+                    idx = mb if mb else [0]
+                    sub = [samples[i] for i in idx] if n_local else [_dummy_sample(self.tokenizer)]
+                    batch = pack(sub, self.tokenizer.pad_token_id, acc.device)
+                    sync = acc.no_sync(self.model) if (k < n_micro - 1 and world > 1) else _null()
+                    with sync:
+                        logp, ent = response_logprobs(self.model, batch, temperature=cfg.temperature,
+                                                      with_entropy=True)
+                        width = batch.response_width
+                        if n_local:
+                            old = self._stack(samples, idx, width, "old_logprobs")
+                            ref = self._stack(samples, idx, width, "ref_logprobs") if self.ref_model is not None else None
+                            a = adv[idx].to(acc.device)
+                        else:
+                            old, ref, a = logp.detach(), (logp.detach() if self.ref_model is not None else None), torch.zeros(1, device=acc.device)
+                        loss, metrics = policy_loss(
+                            name, logp, old, a, batch.response_mask, ref_logp=ref,
+                            entropy=ent.detach(), global_tokens=g_tokens, num_seqs=g_seqs,
+                            **loss_kw)
+                        scale = 0.0 if dummy else float(world)  # DDP averages; we want sums
+                        acc.backward(loss * scale)
+                    if not dummy:
+                        w = float(batch.response_mask.sum())
+                        weight_total += w
+                        for key, val in metrics.items():
+                            sums[key] = sums.get(key, 0.0) + float(val) * w
+                        sums["loss"] = sums.get("loss", 0.0) + float(loss.detach()) * w
+                norm = acc.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
+                grad_norms.append(float(norm))
+                self.optimizer.step()
+                self.scheduler.step()
+                self.optimizer.zero_grad(set_to_none=True)
+        out = {k: v / max(1.0, weight_total) for k, v in sums.items()}
+        out["grad_norm"] = float(np.mean(grad_norms)) if grad_norms else 0.0
+        out["learning_rate"] = float(self.scheduler.get_last_lr()[0])
+        return out
+
+    def train_step(self) -> dict[str, float]:
+        t0 = time.perf_counter()
+        groups, rolled, fmetrics = self._rollout()
+        t_roll = time.perf_counter() - t0
+        trajs = [t for g in groups for t in g]
+        samples = token_samples(trajs)
+        adv_kw = advantage_kwargs(self.algo)
+        adv_name = adv_kw.pop("name")
+        self._fill_logprobs(samples, need_entropy=(adv_name == "empg"))
+        adv = compute_advantages(adv_name, samples, **adv_kw) if samples else torch.zeros(0)
+        t1 = time.perf_counter()
+        metrics = self._update(samples, adv)
+        t_train = time.perf_counter() - t1
+        self.step += 1
+        self._sync_rollout_weights()
+        env = {
+            "env/success_rate": float(np.mean([t.won for t in rolled])) if rolled else 0.0,
+            "env/score": float(np.mean([t.score for t in rolled])) if rolled else 0.0,
+            "env/episode_return": float(np.mean([t.episode_return for t in rolled])) if rolled else 0.0,
+            "env/episode_length": float(np.mean([t.length for t in rolled])) if rolled else 0.0,
+            "env/format_valid_ratio": float(np.mean([s.format_valid for t in rolled for s in t.steps])) if rolled else 0.0,
+            "env/action_valid_ratio": float(np.mean([s.action_valid for t in rolled for s in t.steps])) if rolled else 0.0,
+        }
+        metrics.update(env)
+        metrics.update({k: float(v) for k, v in fmetrics.items()})
+        if len(adv):
+            metrics.update({k: float(v) for k, v in advantage_metrics(adv).items()})
+        tokens = sum(s.num_tokens for s in samples)
+        metrics.update({"samples": float(len(samples)), "time/rollout_s": t_roll,
+                        "time/train_s": t_train, "time/step_s": time.perf_counter() - t0,
+                        "tokens_per_s": tokens / max(1e-9, t_train)})
+        return self._reduce_metrics(metrics)
+
+    def _reduce_metrics(self, metrics: dict[str, float]) -> dict[str, float]:
+        if self.accelerator.num_processes == 1:
+            return metrics
+        keys = sorted(metrics)
+        t = torch.tensor([metrics[k] for k in keys], device=self.accelerator.device)
+        t = self.accelerator.reduce(t, reduction="mean")
+        return dict(zip(keys, t.tolist()))
+
+    def evaluate(self) -> dict[str, float]:
+        from arlgym.evaluation.runner import evaluate
+        from arlgym.policies import SamplingParams
+        from arlgym.policies.hf import HFPolicy
+
+        model = self.accelerator.unwrap_model(self.model)
+        model.eval()
+        try:
+            policy = HFPolicy(model, tokenizer=self.tokenizer, batch_size=self.cfg.generation_batch_size)
+            summary, _ = evaluate(self.cfg.env_id, policy, episodes=self.cfg.eval_episodes,
+                                  split="test", batch_size=64, env_kwargs=self.cfg.env_kwargs,
+                                  sampling=SamplingParams(temperature=0.0, max_new_tokens=self.cfg.max_new_tokens),
+                                  progress=False)
+        finally:
+            model.train()
+        o = summary["overall"]
+        return {"eval/success_rate": o["success_rate"], "eval/success_se": o["success_se"],
+                "eval/format_valid_ratio": o["format_valid_ratio"]}
+
+    def train(self) -> list[dict[str, float]]:
+        from tqdm.auto import tqdm
+
+        cfg, acc = self.cfg, self.accelerator
+        history = []
+        log_path = self.out / "metrics.jsonl"
+        bar = tqdm(total=cfg.max_steps, initial=self.step, desc=f"{cfg.algo} {cfg.env_id}",
+                   disable=not acc.is_main_process)
+        while self.step < cfg.max_steps:
+            metrics = self.train_step()
+            if cfg.eval_steps and self.step % cfg.eval_steps == 0:
+                if acc.is_main_process:
+                    metrics.update(self.evaluate())
+                acc.wait_for_everyone()
+            metrics["step"] = self.step
+            history.append(metrics)
+            if acc.is_main_process:
+                with log_path.open("a") as fh:
+                    fh.write(json.dumps(metrics) + "\n")
+                bar.update(1)
+                bar.set_postfix(success=f"{metrics['env/success_rate']:.2f}",
+                                fmt=f"{metrics['env/format_valid_ratio']:.2f}")
+            acc.log(metrics, step=self.step)
+            if cfg.save_steps and self.step % cfg.save_steps == 0:
+                self.save_checkpoint()
+        bar.close()
+        self.save_final()
+        acc.end_training()
+        self.collector.close()
+        return history
+
+    def save_final(self) -> Path:
+        path = self.out / "final"
+        self.accelerator.wait_for_everyone()
+        if self.accelerator.is_main_process:
+            self.accelerator.unwrap_model(self.model).save_pretrained(path)
+            self.tokenizer.save_pretrained(path)
+        self.accelerator.wait_for_everyone()
+        return path
+
+
+class _null:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def _dummy_sample(tokenizer) -> TokenSample:
+    """A one-token placeholder for ranks with no samples (its loss is multiplied by 0)."""
+    t = tokenizer.pad_token_id
+    return TokenSample(uid="pad", traj_id="pad", step=0, anchor="pad", step_reward=0.0,
+                       episode_return=0.0, format_penalty=0.0, format_valid=True,
+                       action_valid=True, won=False, prompt_ids=[t], response_ids=[t])
+
+
+def _has_vllm() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("vllm") is not None
