@@ -102,6 +102,20 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_quickstart(args: argparse.Namespace) -> int:
+    from arlgym.quickstart import QuickstartConfig, run_quickstart
+
+    cfg = QuickstartConfig.fast() if args.fast else QuickstartConfig()
+    if args.out:
+        cfg.out = args.out
+    for name in ("episodes", "sft_minutes", "eval_episodes", "rl_steps"):
+        value = getattr(args, name)
+        if value is not None:
+            setattr(cfg, name, value)
+    run_quickstart(cfg)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="arlgym",
@@ -135,6 +149,19 @@ def build_parser() -> argparse.ArgumentParser:
                    help="episodes per task, for pass@k (default: 1)")
     p.add_argument("--seed", type=int, default=0, help="sampling seed (default: 0)")
     p.set_defaults(func=_cmd_eval)
+
+    p = sub.add_parser("quickstart", help="expert demos -> SFT -> eval -> SAMPO -> eval (Sokoban, tiny, CPU)",
+                       description="The whole pipeline offline on CPU: collect expert Sokoban "
+                                   "demonstrations, behaviour-clone the tiny model, evaluate, run "
+                                   "SAMPO from the SFT checkpoint, evaluate again; prints a "
+                                   "random / SFT / SFT+SAMPO table and saves curves.png.")
+    p.add_argument("--fast", action="store_true", help="tiny settings (CI smoke run, ~2 min)")
+    p.add_argument("--out", default=None, help="output folder (default: runs/quickstart)")
+    p.add_argument("--episodes", type=int, default=None, help="expert episodes (default: 2000)")
+    p.add_argument("--sft-minutes", type=float, default=None, help="SFT time budget (default: 6)")
+    p.add_argument("--eval-episodes", type=int, default=None, help="held-out rooms (default: 200)")
+    p.add_argument("--rl-steps", type=int, default=None, help="SAMPO steps (default: 6)")
+    p.set_defaults(func=_cmd_quickstart)
 
     for module in ("arlgym.envs.alfworld.cli",):
         try:
