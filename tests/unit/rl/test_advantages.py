@@ -28,8 +28,14 @@ EPS = 1e-6
 
 def turn(uid, traj, step, anchor, reward=0.0, ret=0.0, entropy=None, penalty=0.0):
     return {
-        "uid": uid, "traj_id": traj, "step": step, "anchor": anchor, "step_reward": reward,
-        "episode_return": ret, "entropy": entropy, "format_penalty": penalty,
+        "uid": uid,
+        "traj_id": traj,
+        "step": step,
+        "anchor": anchor,
+        "step_reward": reward,
+        "episode_return": ret,
+        "entropy": entropy,
+        "format_penalty": penalty,
     }
 
 
@@ -162,13 +168,19 @@ def _gigpo_loop_reference(batch, norm, gamma, weight):
     episode, step_ret, step_adv = [0.0] * n, [0.0] * n, [0.0] * n
     for uid in {b["uid"] for b in batch}:
         idx = [i for i in range(n) if batch[i]["uid"] == uid]
-        for i, v in zip(idx, normalise([batch[i]["episode_return"] for i in idx], False), strict=True):
+        for i, v in zip(
+            idx, normalise([batch[i]["episode_return"] for i in idx], False), strict=True
+        ):
             episode[i] = v
     for key in {(b["uid"], b["traj_id"]) for b in batch}:
-        idx = sorted((i for i in range(n) if (batch[i]["uid"], batch[i]["traj_id"]) == key),
-                     key=lambda i: batch[i]["step"])
+        idx = sorted(
+            (i for i in range(n) if (batch[i]["uid"], batch[i]["traj_id"]) == key),
+            key=lambda i: batch[i]["step"],
+        )
         for pos, i in enumerate(idx):
-            step_ret[i] = sum(gamma ** (m - pos) * batch[idx[m]]["step_reward"] for m in range(pos, len(idx)))
+            step_ret[i] = sum(
+                gamma ** (m - pos) * batch[idx[m]]["step_reward"] for m in range(pos, len(idx))
+            )
     for key in {(b["uid"], b["anchor"]) for b in batch}:
         idx = [i for i in range(n) if (batch[i]["uid"], batch[i]["anchor"]) == key]
         for i, v in zip(idx, normalise([step_ret[i] for i in idx], True), strict=True):
@@ -185,7 +197,9 @@ def test_gigpo_matches_loop_reference(norm):
             length = rng.randint(1, 6)
             rewards = [rng.choice([0.0, 0.0, -0.1, 1.0]) for _ in range(length)]
             for k in range(length):
-                batch.append(turn(f"g{g}", f"t{t}", k, f"s{rng.randint(0, 3)}", rewards[k], sum(rewards)))
+                batch.append(
+                    turn(f"g{g}", f"t{t}", k, f"s{rng.randint(0, 3)}", rewards[k], sum(rewards))
+                )
     rng.shuffle(batch)
     got = compute_advantages("gigpo", batch, norm=norm, gamma=0.9, step_weight=0.7)
     assert got.tolist() == approx(_gigpo_loop_reference(batch, norm, 0.9, 0.7), rel=1e-4)
@@ -255,7 +269,9 @@ def test_objects_and_missing_fields():
     with pytest.raises(ConfigError, match="samples_from_trajectories"):
         compute_advantages("grpo", [_Rec("g", "a", 0, "x", 1.0)])
     objs = [TurnSample(**{k: v for k, v in d.items() if k != "entropy"}) for d in GRPO_BATCH]
-    assert compute_advantages("grpo", objs).tolist() == compute_advantages("grpo", GRPO_BATCH).tolist()
+    assert (
+        compute_advantages("grpo", objs).tolist() == compute_advantages("grpo", GRPO_BATCH).tolist()
+    )
 
 
 def test_samples_from_real_trajectories():
@@ -263,14 +279,37 @@ def test_samples_from_real_trajectories():
 
     def rec(step, reward, penalty, anchor):
         return StepRecord(
-            uid="g", traj_id="t0", step=step, task_id="x", task_type="y", prompt="p", response="r",
-            anchor=anchor, step_reward=reward, task_reward=reward + penalty, format_penalty=penalty,
-            format_valid=penalty == 0, action_valid=True, action="a", executed_action="a",
-            terminated=step == 1, truncated=False, won=step == 1, score=1.0,
+            uid="g",
+            traj_id="t0",
+            step=step,
+            task_id="x",
+            task_type="y",
+            prompt="p",
+            response="r",
+            anchor=anchor,
+            step_reward=reward,
+            task_reward=reward + penalty,
+            format_penalty=penalty,
+            format_valid=penalty == 0,
+            action_valid=True,
+            action="a",
+            executed_action="a",
+            terminated=step == 1,
+            truncated=False,
+            won=step == 1,
+            score=1.0,
         )
 
-    traj = Trajectory(uid="g", traj_id="t0", env_id="e", task_id="x", task_type="y",
-                      group_index=0, member=0, steps=[rec(0, -0.1, 0.1, "s0"), rec(1, 1.0, 0.0, "s1")])
+    traj = Trajectory(
+        uid="g",
+        traj_id="t0",
+        env_id="e",
+        task_id="x",
+        task_type="y",
+        group_index=0,
+        member=0,
+        steps=[rec(0, -0.1, 0.1, "s0"), rec(1, 1.0, 0.0, "s1")],
+    )
     samples = samples_from_trajectories([traj], entropies=[0.3, 0.4])
     assert [s.episode_return for s in samples] == approx([0.9, 0.9])  # Σ step rewards
     assert [s.entropy for s in samples] == [0.3, 0.4]

@@ -31,7 +31,9 @@ def test_seq_mean_token_sum():
 
 def test_seq_mean_token_sum_norm():
     # Eq. 13 with T_max = 4: 7 / (2 * 4) = 0.875
-    assert aggregate(LOSS, MASK, "seq-mean-token-sum-norm", max_len=4).item() == pytest.approx(0.875)
+    assert aggregate(LOSS, MASK, "seq-mean-token-sum-norm", max_len=4).item() == pytest.approx(
+        0.875
+    )
 
 
 def test_sum_norm_needs_max_len():
@@ -74,7 +76,10 @@ def test_bad_shapes_and_counts():
 
 
 def _loop_reference(loss, mask, mode, max_len):
-    rows = [[float(v) for v, m in zip(lr, mr, strict=True) if m] for lr, mr in zip(loss, mask, strict=True)]
+    rows = [
+        [float(v) for v, m in zip(lr, mr, strict=True) if m]
+        for lr, mr in zip(loss, mask, strict=True)
+    ]
     total = sum(sum(r) for r in rows)
     if mode == "token-mean":
         return total / max(1, sum(len(r) for r in rows))

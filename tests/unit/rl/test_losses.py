@@ -92,8 +92,14 @@ def test_gspo_sequence_ratio_value_and_gradient():
     old = torch.tensor([[-1.0, -1.0]])
     logp = (old + torch.tensor([[0.2, -0.1]])).requires_grad_(True)
     loss, m = policy_loss(
-        "gspo", logp, old, torch.tensor([2.0]), torch.ones(1, 2),
-        aggregation="seq-mean-token-mean", clip_low=0.2, clip_high=0.2,
+        "gspo",
+        logp,
+        old,
+        torch.tensor([2.0]),
+        torch.ones(1, 2),
+        aggregation="seq-mean-token-mean",
+        clip_low=0.2,
+        clip_high=0.2,
     )
     s = math.exp(0.05)
     assert loss.item() == pytest.approx(-2 * s)
@@ -236,7 +242,9 @@ def test_cispo_gradient_is_stopgrad_weight_times_score():
         bump = torch.zeros(logp.numel(), dtype=logp.dtype)
         bump[idx] = h
         bump = bump.view_as(logp)
-        numeric.view(-1)[idx] = (frozen(logp.detach() + bump) - frozen(logp.detach() - bump)) / (2 * h)
+        numeric.view(-1)[idx] = (frozen(logp.detach() + bump) - frozen(logp.detach() - bump)) / (
+            2 * h
+        )
     loss, _ = policy_loss("cispo", logp, old, adv, mask, clip_low=0.2, clip_high=0.28)
     assert torch.allclose(_grad(loss, logp), numeric, atol=1e-8)
 
@@ -268,7 +276,9 @@ def test_seq_mask_sign_follows_paper():
     # ratio ABOVE 1 (logp > old) with A < 0 is not masked: Table 1 masks mean log(π_old/π_θ) > δ
     old = torch.zeros(1, 2)
     logp = old + 0.5
-    _, m = policy_loss("ppo_clip", logp, old, torch.tensor([-1.0]), torch.ones(1, 2), seq_mask_delta=1e-3)
+    _, m = policy_loss(
+        "ppo_clip", logp, old, torch.tensor([-1.0]), torch.ones(1, 2), seq_mask_delta=1e-3
+    )
     assert m["seq_mask/masked_frac"].item() == 0.0
 
 
@@ -304,7 +314,9 @@ def test_entropy_metric_and_bonus():
     old = torch.zeros(1, 3)
     logp = old.clone().requires_grad_(True)
     ent = torch.tensor([[0.3, 0.6, 0.9]], requires_grad=True)
-    loss, m = policy_loss("ppo_clip", logp, old, torch.tensor([1.0]), MASK, entropy=ent, entropy_coef=0.1)
+    loss, m = policy_loss(
+        "ppo_clip", logp, old, torch.tensor([1.0]), MASK, entropy=ent, entropy_coef=0.1
+    )
     assert m["entropy"].item() == pytest.approx(0.6)
     assert loss.item() == pytest.approx(-1 - 0.1 * 0.6)
     with pytest.raises(ConfigError, match="entropy"):
@@ -325,8 +337,15 @@ def test_is_band_override():
     # GSPO-sized clips but a 0.2 diagnostic band: r = 1.1 is inside [0.8, 1.2]
     logp = _logp([1.1, 1.0, 1.0])
     _, m = policy_loss(
-        "gspo", logp, OLD, torch.tensor([1.0]), MASK, clip_low=3e-3, clip_high=4e-3,
-        is_clip_low=0.2, is_clip_high=0.2,
+        "gspo",
+        logp,
+        OLD,
+        torch.tensor([1.0]),
+        MASK,
+        clip_low=3e-3,
+        clip_high=4e-3,
+        is_clip_low=0.2,
+        is_clip_high=0.2,
     )
     assert m["is/out_frac"].item() == 0.0
 
@@ -342,14 +361,26 @@ def test_metrics_are_detached_scalars_and_advantage_shapes_agree(name):
     mask = (torch.rand(4, 5, generator=g) > 0.3).float()
     adv = torch.randn(4, generator=g)
     ref = old + 0.05
-    loss1, m = policy_loss(name, logp, old, adv, mask, ref_logp=ref, kl_coef=0.01, entropy=torch.rand(4, 5))
-    loss2, _ = policy_loss(name, logp, old, adv[:, None].expand(4, 5), mask, ref_logp=ref, kl_coef=0.01)
+    loss1, m = policy_loss(
+        name, logp, old, adv, mask, ref_logp=ref, kl_coef=0.01, entropy=torch.rand(4, 5)
+    )
+    loss2, _ = policy_loss(
+        name, logp, old, adv[:, None].expand(4, 5), mask, ref_logp=ref, kl_coef=0.01
+    )
     assert loss1.requires_grad and loss1.dim() == 0
     assert loss1.item() == pytest.approx(loss2.item(), rel=1e-6)
     for key, value in m.items():
         assert isinstance(value, torch.Tensor) and value.dim() == 0 and not value.requires_grad, key
-    for key in ("kl", "entropy", "pg_loss", "clip_ratio/low_mean", "clip_ratio/high_mean",
-                "clip_ratio/region_mean", "is/out_low_neg_adv_frac", "is/out_high_pos_adv_frac"):
+    for key in (
+        "kl",
+        "entropy",
+        "pg_loss",
+        "clip_ratio/low_mean",
+        "clip_ratio/high_mean",
+        "clip_ratio/region_mean",
+        "is/out_low_neg_adv_frac",
+        "is/out_high_pos_adv_frac",
+    ):
         assert key in m
 
 
