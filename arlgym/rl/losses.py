@@ -150,8 +150,8 @@ def gspo(
     advantages: Tensor,
     mask: Tensor,
     *,
-    clip_low: float = 3e-4,
-    clip_high: float = 4e-4,
+    clip_low: float = 0.2,
+    clip_high: float = 0.2,
     log_ratio_max: float = 10.0,
 ) -> tuple[Tensor, Metrics]:
     """GSPO sequence-level clipping (Zheng et al. 2025; paper Eqs. 20–21), "GSPO-token" form.
@@ -163,8 +163,9 @@ def gspo(
     sequence this has the same gradient as clipping s_i once per sequence, under every
     aggregation. ``log_ratio_max`` caps log s_{i,t} (verl: 10).
 
-    The loss does not choose the aggregation (verl forced seq-mean-token-mean; the presets pick
-    it). ``clip_ratio/*`` count tokens of sequences whose s_i is clipped (s_i < 1−ε_l with A < 0,
+    Pass GSPO-sized clips explicitly (Table 6: 3e-3 / 4e-3 on ALFWorld): :func:`policy_loss`
+    defaults to 0.2 for every loss. The loss does not choose the aggregation (verl forced
+    seq-mean-token-mean; the presets pick it). ``clip_ratio/*`` count tokens of sequences whose s_i is clipped (s_i < 1−ε_l with A < 0,
     s_i > 1+ε_h with A > 0); ``is/seq_ratio_mean`` is the mean s_i over non-empty sequences.
     """
     m = mask.to(logp.dtype)
@@ -238,7 +239,8 @@ def cispo(
 
     ℓ = −sg(clip(r, 1−ε_l, 1+ε_h))·A·logp. The clip is two-sided as in the paper's Table 1 and
     ARLArena (not TRL's upper-only absolute cap); Table 6 uses ε_l = 1 (no effective lower
-    bound) and ε_h = 0.2. The gradient is −sg(ŵ)·A·∇logp for *every* token, clipped or not.
+    bound) and ε_h = 0.2 — pass ``clip_low=1.0`` to :func:`policy_loss`, whose default is 0.2.
+    The gradient is −sg(ŵ)·A·∇logp for *every* token, clipped or not.
     ``clip_ratio/low_mean``/``high_mean`` count tokens whose weight was truncated
     (r < 1−ε_l / r > 1+ε_h), whatever the advantage sign.
     """
