@@ -89,8 +89,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     policy = make_policy(args.policy)
     out = args.out
     if out is None:
-        safe = lambda s: "".join(c if c.isalnum() or c in "-_." else "_" for c in s)  # noqa: E731
-        out = Path("runs") / "eval" / f"{safe(args.env)}__{safe(args.policy)}__{args.split}.jsonl"
+        out = Path("runs") / "eval" / f"{safe_name(args.env)}__{safe_name(args.policy)}__{args.split}.jsonl"
     sampling = SamplingParams(temperature=args.temperature, max_new_tokens=args.max_new_tokens,
                               seed=args.seed)
     summary, _ = evaluate(args.env, policy, episodes=args.episodes, split=args.split, out=out,
@@ -158,9 +157,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fast", action="store_true", help="tiny settings (CI smoke run, ~2 min)")
     p.add_argument("--out", default=None, help="output folder (default: runs/quickstart)")
     p.add_argument("--episodes", type=int, default=None, help="expert episodes (default: 2000)")
-    p.add_argument("--sft-minutes", type=float, default=None, help="SFT time budget (default: 6)")
-    p.add_argument("--eval-episodes", type=int, default=None, help="held-out rooms (default: 200)")
-    p.add_argument("--rl-steps", type=int, default=None, help="SAMPO steps (default: 6)")
+    p.add_argument("--sft-minutes", type=float, default=None, help="SFT time budget in minutes (default: 5)")
+    p.add_argument("--eval-episodes", type=int, default=None, help="held-out rooms (default: 100)")
+    p.add_argument("--rl-steps", type=int, default=None, help="SAMPO steps (default: 4)")
     p.set_defaults(func=_cmd_quickstart)
 
     for module in ("arlgym.envs.alfworld.cli",):
@@ -172,17 +171,27 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+def run_command(parser: argparse.ArgumentParser, argv: list[str] | None,
+                interrupted: str = "interrupted") -> int:
+    """Parse, run ``args.func`` and turn user errors into one line on stderr (exit code 2)."""
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)
     except ArlgymError as e:
-        print(f"arlgym: error: {e}", file=sys.stderr)
+        print(f"{parser.prog}: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("arlgym: interrupted", file=sys.stderr)
+        print(f"{parser.prog}: {interrupted}", file=sys.stderr)
         return 130
+
+
+def safe_name(text: str) -> str:
+    """``text`` with every character but letters, digits and ``-_.`` replaced by ``_``."""
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_command(build_parser(), argv)
 
 
 if __name__ == "__main__":

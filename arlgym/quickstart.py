@@ -21,18 +21,18 @@ __all__ = ["QuickstartConfig", "run_quickstart"]
 class QuickstartConfig:
     out: str = "runs/quickstart"
     episodes: int = 2000  # expert demonstrations
-    sft_minutes: float = 6.0
+    sft_minutes: float = 5.0
     sft_lr: float = 1e-3
     sft_batch_size: int = 32
-    eval_episodes: int = 200
-    rl_steps: int = 6
-    rl_tasks: int = 8
+    eval_episodes: int = 100
+    rl_steps: int = 4
+    rl_tasks: int = 4
     rl_group_size: int = 4
     rl_lr: float = 3e-5
     seed: int = 0
 
     @classmethod
-    def fast(cls, out: str = "runs/quickstart-fast") -> "QuickstartConfig":
+    def fast(cls, out: str = "runs/quickstart-fast") -> QuickstartConfig:
         """Tiny settings for CI: every stage runs, numbers mean nothing."""
         return cls(out=out, episodes=64, sft_minutes=0.5, eval_episodes=8, rl_steps=2,
                    rl_tasks=2, rl_group_size=2)

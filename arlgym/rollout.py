@@ -130,7 +130,7 @@ class Trajectory:
         return out
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "Trajectory":
+    def from_dict(cls, data: dict[str, Any]) -> Trajectory:
         data = dict(data)
         data.pop("summary", None)
         steps = [StepRecord(**s) for s in data.pop("steps", [])]
@@ -214,7 +214,7 @@ class RolloutCollector:
     def close(self) -> None:
         self.vec.close()
 
-    def __enter__(self) -> "RolloutCollector":
+    def __enter__(self) -> RolloutCollector:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -257,10 +257,10 @@ class RolloutCollector:
                 self.generate_calls += 1
                 self.prompts_sent += len(live)
                 actions: list[str | None] = [None] * vec.num_envs
-                for i, comp in zip(live, completions):
+                for i, comp in zip(live, completions, strict=True):
                     actions[i] = comp.text
                 next_obs, rewards, terminated, truncated, next_infos = vec.step(actions)
-                for i, comp in zip(live, completions):
+                for i, comp in zip(live, completions, strict=True):
                     info, prev = next_infos[i], infos[i]
                     assert info is not None and prev is not None
                     trajs[i].steps.append(StepRecord(

@@ -52,12 +52,12 @@ _SKIPPED: StepOut = (None, 0.0, False, False, None)
 
 
 def _reset_many(envs: Sequence[gym.Env], calls: Sequence[tuple[int | None, dict | None]]):
-    return [env.reset(seed=seed, options=opts) for env, (seed, opts) in zip(envs, calls)]
+    return [env.reset(seed=seed, options=opts) for env, (seed, opts) in zip(envs, calls, strict=True)]
 
 
 def _step_many(envs: Sequence[gym.Env], actions: Sequence[str | None]) -> list[StepOut]:
     out: list[StepOut] = []
-    for env, action in zip(envs, actions):
+    for env, action in zip(envs, actions, strict=True):
         if action is None:
             out.append(_SKIPPED)
         else:
@@ -160,7 +160,7 @@ class GroupVecEnv:
     def close(self) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def __enter__(self) -> "GroupVecEnv":
+    def __enter__(self) -> GroupVecEnv:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -175,7 +175,7 @@ class _RemoteEnv:
         self._index = index
 
     @property
-    def unwrapped(self) -> "_RemoteEnv":
+    def unwrapped(self) -> _RemoteEnv:
         return self
 
     def __getattr__(self, name: str) -> Callable[..., Any]:
@@ -274,7 +274,7 @@ class AsyncGroupVecEnv(GroupVecEnv):
         if workers < 1:
             raise ConfigError(f"num_workers must be >= 1, got {num_workers!r}")
         bounds = np.linspace(0, n, workers + 1).astype(int)
-        self._slices = [slice(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
+        self._slices = [slice(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
         ctx = mp.get_context(context)
         self._conns = []
         self._procs = []
@@ -296,7 +296,7 @@ class AsyncGroupVecEnv(GroupVecEnv):
         return [payload for _, payload in replies]
 
     def _scatter(self, cmd: str, per_env: Sequence[Any]) -> list[Any]:
-        for conn, sl in zip(self._conns, self._slices):
+        for conn, sl in zip(self._conns, self._slices, strict=True):
             conn.send((cmd, list(per_env[sl])))
         return [item for part in self._gather() for item in part]
 

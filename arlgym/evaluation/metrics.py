@@ -74,7 +74,7 @@ def format_summary(summary: dict[str, Any], title: str = "") -> str:
                               for _, key, fmt in cols])
     widths = [max(len(str(r[i])) for r in [header] + body) for i in range(len(header))]
     line = lambda r: "  ".join(str(v).rjust(w) if i else str(v).ljust(w)  # noqa: E731
-                               for i, (v, w) in enumerate(zip(r, widths)))
+                               for i, (v, w) in enumerate(zip(r, widths, strict=True)))
     out = [title] if title else []
     out += [line(header), "  ".join("-" * w for w in widths)] + [line(r) for r in body]
     return "\n".join(out)

@@ -186,9 +186,8 @@ class Trainer:
         if engine == "auto":
             engine = "vllm" if torch.cuda.is_available() and _has_vllm() else "hf"
         if engine == "vllm":
-            from arlgym.policies.vllm import VLLMPolicy
-
             from arlgym.models import model_path
+            from arlgym.policies.vllm import VLLMPolicy
 
             policy = VLLMPolicy(str(model_path(self.cfg.model, seed=self.cfg.seed)))
             policy.load_weights(self.accelerator.unwrap_model(self.model))
@@ -395,7 +394,7 @@ class Trainer:
         keys = sorted(metrics)
         t = torch.tensor([metrics[k] for k in keys], device=self.accelerator.device)
         t = self.accelerator.reduce(t, reduction="mean")
-        return dict(zip(keys, t.tolist()))
+        return dict(zip(keys, t.tolist(), strict=True))
 
     def evaluate(self) -> dict[str, float]:
         from arlgym.evaluation.runner import evaluate

@@ -13,8 +13,9 @@ __all__ = ["main"]
 
 
 def _default_out(env_id: str, policy: str, split: str) -> Path:
-    safe = lambda s: "".join(c if c.isalnum() or c in "-_." else "_" for c in s)  # noqa: E731
-    return Path("sft_data") / f"{safe(env_id.removeprefix('arl/'))}__{safe(policy)}__{split}"
+    from arlgym.cli import safe_name
+
+    return Path("sft_data") / f"{safe_name(env_id.removeprefix('arl/'))}__{safe_name(policy)}__{split}"
 
 
 def _cmd_collect(args: argparse.Namespace) -> int:
@@ -103,15 +104,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        return int(args.func(args) or 0)
-    except ArlgymError as e:
-        print(f"arlgym-sft: error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("arlgym-sft: interrupted; rerun the same command to resume", file=sys.stderr)
-        return 130
+    from arlgym.cli import run_command
+
+    return run_command(build_parser(), argv, "interrupted; rerun the same command to resume")
 
 
 if __name__ == "__main__":

@@ -200,7 +200,7 @@ def collect_sft(cfg: CollectConfig, out: str | Path, policy: Policy | None = Non
                     progress=False)
             trajs = collectors[n].collect(seed=cfg.seed + first,
                                           options={"split": cfg.split})
-            for episode, traj in zip(wanted, trajs):
+            for episode, traj in zip(wanted, trajs, strict=True):
                 if episode in episodes:
                     continue
                 kept = cfg.keeps(traj)

@@ -97,6 +97,13 @@ class _Shared:
     games: OrderedDict[str, dict[str, Any]] = OrderedDict()
 
 
+# Fast Downward keeps its task in globals, so every engine needs its own copy of the library
+# (fast_downward.load_lib copies the .so). Unloading a copy (dlclose) and loading a new one
+# later in the same process was seen to segfault, so closed engines hand their copy back to
+# this pool (after ``cleanup()``) and new engines reuse it instead of loading another.
+_FREE_LIBS: list[Any] = []
+
+
 class AlfredGame:
     """One ALFWorld game on the real engine, with the caches described in the module doc.
 
@@ -109,7 +116,7 @@ class AlfredGame:
     def __init__(self) -> None:
         (self._fd, self._twlogic, self._pddl_logic, self._textgen, self._EntityInfo,
          self._Demangler) = _import_engine()
-        self._lib = self._fd.load_lib()
+        self._lib = _FREE_LIBS.pop() if _FREE_LIBS else self._fd.load_lib()
         self._game: dict[str, Any] | None = None
         self._key = ""
         self.state: Any = None
@@ -450,9 +457,10 @@ class AlfredGame:
     def close(self) -> None:
         if getattr(self, "_lib", None) is not None:
             try:
-                self._fd.close_lib(self._lib)
+                self._lib.cleanup()
             except Exception:  # noqa: BLE001 - closing is best effort
                 pass
+            _FREE_LIBS.append(self._lib)
             self._lib = None
 
 

@@ -107,7 +107,7 @@ def _reverse_play(room: Room, search_depth: int, max_states: int) -> list[tuple[
         if any(b in targets for b in boxes):
             return 0
         disp = 0
-        for (tr, tc), b in zip(target_rc, boxes):
+        for (tr, tc), b in zip(target_rc, boxes, strict=True):
             br, bc = divmod(b, width)
             disp += abs(br - tr) + abs(bc - tc)
         return pulls * disp

@@ -72,7 +72,7 @@ class Room:
         return len(self.boxes & self.targets)
 
     # -------------------------------------------------------------- dynamics
-    def move(self, name: str) -> tuple["Room", int]:
+    def move(self, name: str) -> tuple[Room, int]:
         """Apply one move. Returns the new room and the change in boxes on targets (-1, 0, +1).
 
         Walking into a wall or pushing a box into a wall/box leaves the room unchanged.

@@ -38,7 +38,7 @@ def test_samples_cover_every_step_and_prompts_match_the_env(tmp_path):
             prompt, *_ = env.step(s["messages"][1]["content"])
         assert mine[-1]["won"] and [s["step"] for s in mine] == list(range(len(mine)))
     card = (tmp_path / "README.md").read_text()
-    assert "expert" in card and "| samples | %d |" % len(samples) in card
+    assert "expert" in card and f"| samples | {len(samples)} |" in card
 
 
 def test_min_score_filters_episodes(tmp_path):
