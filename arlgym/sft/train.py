@@ -47,6 +47,8 @@ class SFTRunConfig:
     bf16: bool = False
     report_to: str = "none"
     progress: bool = True
+    engine: str = "trl"
+
 
     def __post_init__(self) -> None:
         if self.batch_size < 1 or self.grad_accum < 1:
@@ -55,6 +57,8 @@ class SFTRunConfig:
             raise ConfigError(f"--lr must be > 0, got {self.lr}")
         if self.epochs <= 0 and self.max_steps <= 0:
             raise ConfigError("give --epochs > 0 or --max-steps > 0")
+        if self.engine not in ("trl", "prefix"):
+            raise ConfigError(f"--engine must be 'trl' or 'prefix', got {self.engine!r}")
 
 
 def load_samples(paths: tuple[str, ...] | list[str]) -> list[dict[str, Any]]:
@@ -109,6 +113,12 @@ def train_sft(cfg: SFTRunConfig) -> dict[str, Any]:
     from arlgym.models import load_model_and_tokenizer
 
     samples = load_samples(cfg.data)
+    if cfg.engine == "prefix":
+        if cfg.lora_r or cfg.bf16:
+            raise ConfigError("--engine prefix supports full fine-tuning in fp32 only; use --engine trl")
+        from arlgym.sft.prefix_sft import train_prefix_sft
+
+        return train_prefix_sft(cfg, samples)
     model, tokenizer = load_model_and_tokenizer(cfg.model, seed=cfg.seed)
     model.train()
     if cfg.lora_r > 0:
@@ -192,6 +202,10 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lora-r", type=int, default=d.lora_r, help="LoRA rank (0: full fine-tuning)")
     p.add_argument("--bf16", action="store_true", help="bf16 mixed precision (GPU)")
     p.add_argument("--report-to", default=d.report_to, help="none | tensorboard | wandb | trackio")
+    p.add_argument("--engine", choices=["trl", "prefix"], default=d.engine,
+                   help="trl: TRL SFTTrainer (any model, LoRA, accelerate multi-GPU). prefix: "
+                        "single-process fp32 trainer that runs the prompt prefix all samples "
+                        "share (the env's instruction) once per batch; same loss, less compute")
     p.add_argument("--no-progress", action="store_true")
 
 
@@ -205,7 +219,8 @@ def train_from_args(args: argparse.Namespace) -> int:
         weight_decay=args.weight_decay, lr_scheduler=args.lr_scheduler,
         max_steps=args.max_steps, time_budget_minutes=args.time_budget_minutes, seed=args.seed,
         logging_steps=args.logging_steps, save_steps=args.save_steps, lora_r=args.lora_r,
-        bf16=args.bf16, report_to=args.report_to, progress=not args.no_progress)
+        bf16=args.bf16, report_to=args.report_to, progress=not args.no_progress,
+        engine=args.engine)
     try:
         stats = train_sft(cfg)
     except ArlgymError:
