@@ -89,7 +89,7 @@ def run_quickstart(cfg: QuickstartConfig) -> dict[str, Any]:
     print(f"[2/5] behaviour cloning the tiny model ({cfg.sft_minutes} min budget)")
     sft_dir = out / "sft"
     t = time.perf_counter()
-    sft_stats = train_sft(SFTRunConfig(data=(str(data),), model="tiny", output_dir=str(sft_dir),
+    sft_stats = train_sft(SFTRunConfig(data=(str(data),), model="tiny", output_dir=str(sft_dir), engine="prefix",
                                        epochs=3, lr=cfg.sft_lr, batch_size=cfg.sft_batch_size,
                                        time_budget_minutes=cfg.sft_minutes, seed=cfg.seed,
                                        logging_steps=10))
