@@ -4,6 +4,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from arlgym.rollout import load_jsonl
 
 
@@ -59,3 +61,15 @@ def test_human_policy_plays_from_stdin():
         input="up\nleft\n<think>x</think><action>down</action>\n", capture_output=True, text=True,
         timeout=120, check=True)
     assert proc.stdout.count("your move>") == 3 and "episode over" in proc.stdout
+
+
+@pytest.mark.slow
+def test_eval_untrained_tiny_model_offline(tmp_path):
+    out = tmp_path / "tiny.jsonl"
+    run("eval", "--env", "arl/Sokoban-v0", "--policy", "hf:tiny", "--episodes", "8",
+        "--max-new-tokens", "16", "--out", str(out), "--no-progress")
+    trajs = load_jsonl(out)
+    assert len(trajs) == 8
+    for t in trajs:
+        assert t.length >= 1 and all(s.response_token_ids and s.logprobs for s in t.steps)
+        assert all(len(s.response_token_ids) == len(s.logprobs) <= 16 for s in t.steps)
