@@ -131,8 +131,10 @@ def test_table6_env_columns():
 @pytest.mark.parametrize("name", METHODS)
 def test_preset_runs_end_to_end(name, env):
     """Every preset's parameters are accepted by compute_advantages, policy_loss, the sampler."""
-    if env == "tir_math" and name in NOT_ON_MATH:
-        pytest.skip("not applicable (Table 6 '–')")
+    if env == "tir_math" and name in NOT_ON_MATH:  # Table 6 '–': refused with a clear error
+        with pytest.raises(ConfigError, match="not applicable"):
+            get_preset(name, env=env)
+        return
     p = get_preset(name, env=env)
     samples = [
         {
