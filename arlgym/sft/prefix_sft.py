@@ -113,7 +113,6 @@ def _batch_loss(model: Any, prefix: torch.Tensor, batch: list[TokenizedSample]) 
 def train_prefix_sft(cfg: Any, samples: list[dict[str, Any]]) -> dict[str, Any]:
     """Train ``cfg.model`` (an :class:`~arlgym.sft.train.SFTRunConfig`) on ``samples``."""
     from tqdm.auto import tqdm
-    from transformers import get_constant_schedule_with_warmup, get_cosine_schedule_with_warmup
 
     from arlgym.models import load_model_and_tokenizer
 
@@ -129,10 +128,21 @@ def train_prefix_sft(cfg: Any, samples: list[dict[str, Any]]) -> dict[str, Any]:
     steps_per_epoch = math.ceil(len(data) / cfg.batch_size)
     total = cfg.max_steps if cfg.max_steps > 0 else math.ceil(cfg.epochs * steps_per_epoch)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    warm = int(cfg.warmup_ratio * total)
-    make_sched = (get_cosine_schedule_with_warmup if cfg.lr_scheduler == "cosine"
-                  else lambda o, w, t: get_constant_schedule_with_warmup(o, w))
-    sched = make_sched(opt, warm, total)
+    # With a time budget the number of steps is not known in advance: after a few steps the
+    # horizon is re-estimated from the measured step time, so the cosine decay ends when the
+    # budget does instead of being cut off half way.
+    horizon = {"total": total}
+    warm = max(1, int(cfg.warmup_ratio * total))
+
+    def lr_factor(s: int) -> float:
+        if s < warm:
+            return (s + 1) / warm
+        if cfg.lr_scheduler != "cosine":
+            return 1.0
+        progress = min(1.0, (s - warm) / max(1, horizon["total"] - warm))
+        return 0.5 * (1.0 + math.cos(math.pi * progress))
+
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_factor)
     gen = torch.Generator().manual_seed(cfg.seed)
     log: list[dict[str, float]] = []
     started = time.perf_counter()
@@ -157,6 +167,9 @@ def train_prefix_sft(cfg: Any, samples: list[dict[str, Any]]) -> dict[str, Any]:
             sched.step()
             opt.zero_grad(set_to_none=True)
             step += 1
+            if cfg.time_budget_minutes and step == 10:
+                per_step = (time.perf_counter() - started) / step
+                horizon["total"] = min(total, int(cfg.time_budget_minutes * 60 / per_step))
             running += float(loss.detach())
             if step % cfg.logging_steps == 0 or step == total:
                 n = cfg.logging_steps if step % cfg.logging_steps == 0 else step % cfg.logging_steps
