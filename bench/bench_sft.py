@@ -27,6 +27,8 @@ if __name__ == "__main__":
     ap.add_argument("--epochs", type=float, default=3.0)
     ap.add_argument("--engine", default="prefix", choices=["prefix", "trl"])
     ap.add_argument("--eval", type=int, default=200)
+    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--out", default="runs/bench_sft")
     args = ap.parse_args()
     out = Path(args.out)
@@ -34,9 +36,10 @@ if __name__ == "__main__":
     data = collect_sft(CollectConfig(episodes=args.episodes, batch_tasks=64), out / "data", progress=False)
     print(f"collected {data['samples']} samples from {data['episodes']} expert episodes in {time.perf_counter() - t:.1f} s")
     stats = train_sft(SFTRunConfig(data=(str(out / "data"),), output_dir=str(out / "model"),
-                                   engine=args.engine, epochs=args.epochs, lr=1e-3, batch_size=32,
+                                   engine=args.engine, epochs=args.epochs, lr=args.lr,
+                                   batch_size=args.batch_size,
                                    time_budget_minutes=args.minutes, logging_steps=20))
-    tokens = stats.get("mean_tokens_per_sample", float("nan")) * stats["steps"] * 32
+    tokens = stats.get("mean_tokens_per_sample", float("nan")) * stats["steps"] * args.batch_size
     print(f"SFT ({args.engine}): {stats['steps']} steps, {stats['epochs_done']:.2f} epochs in "
           f"{stats['seconds'] / 60:.1f} min, final loss {stats['train_loss']:.4f}, "
           f"~{tokens / stats['seconds']:,.0f} sample tokens/s")
