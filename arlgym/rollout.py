@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -248,11 +248,17 @@ class RolloutCollector:
         bar = tqdm(total=vec.num_envs, desc=f"rollout {self.env_id}", unit="ep",
                    disable=not self.progress, leave=False)
         wins = finished = 0
+        turn = 0
         try:
             while any(active):
                 live = [i for i, a in enumerate(active) if a]
+                # a seeded sampler gets a different (still deterministic) seed every turn, so
+                # the sampling noise of consecutive turns is not the same random stream
+                turn_sampling = (sampling if sampling.seed is None
+                                 else replace(sampling, seed=sampling.seed + 7919 * turn))
+                turn += 1
                 completions = self.policy.generate(
-                    [obs[i] for i in live], sampling, envs=[self._handles[i] for i in live]
+                    [obs[i] for i in live], turn_sampling, envs=[self._handles[i] for i in live]
                 )
                 self.generate_calls += 1
                 self.prompts_sent += len(live)
