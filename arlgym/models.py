@@ -58,21 +58,33 @@ _SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 # SmolLM2's own ChatML template (same default system prompt), with {% generation %} markers
 # added around assistant content so that TRL's assistant_only_loss works on it too.
-_SMOLLM2_CHAT_TEMPLATE = (
-    "{%- for message in messages %}"
-    "{%- if loop.first and messages[0]['role'] != 'system' %}"
-    "{{- '<|im_start|>system\\nYou are a helpful AI assistant named SmolLM, trained by Hugging "
-    "Face<|im_end|>\\n' }}"
-    "{%- endif %}"
-    "{%- if message['role'] == 'assistant' %}"
-    "{{- '<|im_start|>assistant\\n' }}"
-    "{%- generation %}{{- message['content'] + '<|im_end|>' }}{%- endgeneration %}"
-    "{{- '\\n' }}"
-    "{%- else %}"
-    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
-    "{%- endif %}"
-    "{%- endfor %}"
-    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+def chatml_template(default_system: str | None = None) -> str:
+    """ChatML (``<|im_start|>role\n…<|im_end|>``) with ``{% generation %}`` around assistant
+    content, so TRL's assistant-only loss trains the answer and its end-of-turn token.
+
+    ``default_system`` is inserted when the conversation has no system message (SmolLM2 does).
+    """
+    head = ""
+    if default_system is not None:
+        head = ("{%- if loop.first and messages[0]['role'] != 'system' %}"
+                "{{- '<|im_start|>system\\n" + default_system + "<|im_end|>\\n' }}"
+                "{%- endif %}")
+    return (
+        "{%- for message in messages %}" + head
+        + "{%- if message['role'] == 'assistant' %}"
+        "{{- '<|im_start|>assistant\\n' }}"
+        "{%- generation %}{{- message['content'] + '<|im_end|>' }}{%- endgeneration %}"
+        "{{- '\\n' }}"
+        "{%- else %}"
+        "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+        "{%- endif %}"
+        "{%- endfor %}"
+        "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+    )
+
+
+_SMOLLM2_CHAT_TEMPLATE = chatml_template(
+    "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
 )
 
 

@@ -32,6 +32,8 @@ import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from arlgym.models import chatml_template
+
 __all__ = [
     "GRID_SYMBOLS",
     "TAG_TOKENS",
@@ -59,18 +61,7 @@ DEFAULT_OUT = Path(__file__).resolve().parent / "tiny_tokenizer"
 # ChatML as Qwen renders it. The assistant turn's content and its <|im_end|> sit inside
 # {% generation %} so that TRL's assistant-only loss trains the model to emit EOS; the newline
 # after it is template glue, outside the mask.
-CHAT_TEMPLATE = (
-    "{%- for message in messages %}"
-    "{%- if message['role'] == 'assistant' %}"
-    "{{- '<|im_start|>assistant\\n' }}"
-    "{%- generation %}{{- message['content'] + '<|im_end|>' }}{%- endgeneration %}"
-    "{{- '\\n' }}"
-    "{%- else %}"
-    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
-    "{%- endif %}"
-    "{%- endfor %}"
-    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
-)
+CHAT_TEMPLATE = chatml_template()
 
 
 def sokoban_corpus(episodes: int = 300, seed: int = 0) -> Iterator[str]:
