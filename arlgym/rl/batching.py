@@ -20,7 +20,17 @@ from typing import Any
 import torch
 from torch import Tensor
 
-__all__ = ["TokenSample", "PackedBatch", "pack", "response_logprobs", "token_samples"]
+__all__ = [
+    "TokenSample",
+    "PackedBatch",
+    "SharedPromptBatch",
+    "pack",
+    "pack_shared",
+    "prompt_groups",
+    "response_logprobs",
+    "shared_prompt_logprobs",
+    "token_samples",
+]
 
 
 @dataclass
@@ -145,6 +155,126 @@ def response_logprobs(
     logp_all = torch.log_softmax(logits, dim=-1)
     logp = logp_all.gather(-1, batch.response_ids.unsqueeze(-1)).squeeze(-1)
     logp = logp * batch.response_mask
+    entropy = None
+    if with_entropy:
+        entropy = -(logp_all.exp() * logp_all).sum(-1) * batch.response_mask
+    return logp, entropy
+
+
+# ---------------------------------------------------------------------------------------------
+# Turns that share a prompt. Every group's first turn shows the G members the same prompt (and
+# later turns coincide whenever members reach the same state with the same history), so running
+# that prompt once and letting each member's response attend to its keys/values saves
+# (G - 1) * P tokens of forward and backward work per group. The gradient flows through the
+# shared keys/values, so loss and gradients equal the per-sample computation (tested).
+# ---------------------------------------------------------------------------------------------
+
+
+def prompt_groups(samples: Sequence[TokenSample], idx: Sequence[int]) -> list[list[int]]:
+    """Indices of ``idx`` grouped by identical prompt ids, in first-seen order."""
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for i in idx:
+        groups.setdefault(tuple(samples[i].prompt_ids), []).append(i)
+    return list(groups.values())
+
+
+@dataclass
+class SharedPromptBatch:
+    """Tensors for :func:`shared_prompt_logprobs`.
+
+    ``prefix_*`` (G, P - 1): each distinct prompt but its last token, left-padded.
+    ``member_group`` (B,): which prefix row member ``b`` continues.
+    ``suffix_*`` (B, 1 + R): the prompt's last token, then the response, right-padded — the
+    hidden state at suffix column ``k`` predicts response token ``k``.
+    """
+
+    prefix_ids: Tensor
+    prefix_mask: Tensor
+    prefix_positions: Tensor
+    member_group: Tensor
+    suffix_ids: Tensor
+    suffix_mask: Tensor
+    suffix_positions: Tensor
+    response_ids: Tensor
+    response_mask: Tensor
+
+    @property
+    def response_width(self) -> int:
+        return self.response_ids.shape[1]
+
+    @property
+    def num_tokens(self) -> int:
+        """Token positions the model runs (the padded area of both forwards)."""
+        return self.prefix_ids.numel() + self.suffix_ids.numel()
+
+
+def pack_shared(groups: Sequence[Sequence[TokenSample]], pad_id: int,
+                device: torch.device | str = "cpu") -> SharedPromptBatch:
+    """Lay out groups of samples whose members share one prompt (every prompt ≥ 2 tokens)."""
+    if not groups or any(not g for g in groups):
+        raise ValueError("pack_shared() needs non-empty groups")
+    prompts = [g[0].prompt_ids for g in groups]
+    if any(len(p) < 2 for p in prompts):
+        raise ValueError("pack_shared() needs prompts of at least 2 tokens")
+    members = [s for g in groups for s in g]
+    p_max = max(len(p) for p in prompts) - 1
+    r_max = max(1, max(len(s.response_ids) for s in members))
+    g_n, b = len(groups), len(members)
+    prefix = torch.full((g_n, p_max), pad_id, dtype=torch.long)
+    prefix_mask = torch.zeros((g_n, p_max), dtype=torch.long)
+    for k, p in enumerate(prompts):
+        n = len(p) - 1
+        prefix[k, p_max - n:] = torch.tensor(p[:-1])
+        prefix_mask[k, p_max - n:] = 1
+    member_group = torch.tensor([k for k, g in enumerate(groups) for _ in g], dtype=torch.long)
+    suffix = torch.full((b, 1 + r_max), pad_id, dtype=torch.long)
+    suffix_mask = torch.zeros((b, 1 + r_max), dtype=torch.long)
+    suffix_pos = torch.zeros((b, 1 + r_max), dtype=torch.long)
+    resp = torch.full((b, r_max), pad_id, dtype=torch.long)
+    resp_mask = torch.zeros((b, r_max), dtype=torch.float32)
+    for row, s in enumerate(members):
+        r = len(s.response_ids)
+        suffix[row, : 1 + r] = torch.tensor(s.prompt_ids[-1:] + s.response_ids)
+        suffix_mask[row, : 1 + r] = 1
+        suffix_pos[row] = torch.arange(len(s.prompt_ids) - 1, len(s.prompt_ids) + r_max)
+        if r:
+            resp[row, :r] = torch.tensor(s.response_ids)
+            resp_mask[row, :r] = 1.0
+    prefix_pos = (prefix_mask.cumsum(dim=1) - 1).clamp(min=0)
+    dev = device
+    return SharedPromptBatch(prefix.to(dev), prefix_mask.to(dev), prefix_pos.to(dev),
+                             member_group.to(dev), suffix.to(dev), suffix_mask.to(dev),
+                             suffix_pos.to(dev), resp.to(dev), resp_mask.to(dev))
+
+
+def shared_prompt_logprobs(
+    model: Any,
+    batch: SharedPromptBatch,
+    *,
+    temperature: float = 1.0,
+    with_entropy: bool = False,
+) -> tuple[Tensor, Tensor | None]:
+    """Like :func:`response_logprobs`, running each distinct prompt once.
+
+    Two calls of ``model`` (also when it is DDP-wrapped): the prefixes with ``use_cache`` (LM
+    head on one column only), then every member's suffix on top of its group's cached
+    keys/values, gathered per member. Gradients flow through the cache.
+    """
+    out = model(input_ids=batch.prefix_ids, attention_mask=batch.prefix_mask,
+                position_ids=batch.prefix_positions, use_cache=True, logits_to_keep=1)
+    cache = out.past_key_values
+    for layer in cache.layers:
+        layer.keys = layer.keys.index_select(0, batch.member_group)
+        layer.values = layer.values.index_select(0, batch.member_group)
+    mask = torch.cat([batch.prefix_mask.index_select(0, batch.member_group), batch.suffix_mask], dim=1)
+    r = batch.response_width
+    out = model(input_ids=batch.suffix_ids, attention_mask=mask, position_ids=batch.suffix_positions,
+                past_key_values=cache, use_cache=True, logits_to_keep=r + 1)
+    logits = out.logits[:, :r, :].float()
+    if temperature != 1.0:
+        logits = logits / temperature
+    logp_all = torch.log_softmax(logits, dim=-1)
+    logp = logp_all.gather(-1, batch.response_ids.unsqueeze(-1)).squeeze(-1) * batch.response_mask
     entropy = None
     if with_entropy:
         entropy = -(logp_all.exp() * logp_all).sum(-1) * batch.response_mask

@@ -35,6 +35,8 @@ class TrainConfig:
     output_dir: str = _f("runs/rl", "Where logs, checkpoints and the final model go.")
     seed: int = _f(0, "Seeds python/numpy/torch once, the env task stream and sampling.")
     max_steps: int = _f(10, "Trainer steps (one rollout batch + PPO update each).")
+    max_minutes: float = _f(0.0, "Wall-clock budget: stop after the step that crosses it (0: off). "
+                                 "Checked on rank 0 and broadcast, so all ranks stop together.")
     resume: bool = _f(False, "Continue from the newest checkpoint in output_dir.")
     save_steps: int = _f(0, "Checkpoint every N steps (0: only at the end).")
     eval_steps: int = _f(0, "Greedy eval on the fixed eval list every N steps (0: off).")
@@ -60,6 +62,9 @@ class TrainConfig:
                                  "on-policy; smaller values make later mini-batches off-policy).")
     micro_batch_tokens: int = _f(16384, "Token budget of one forward/backward micro-batch.")
     grad_clip: float = _f(1.0, "Max gradient norm (Table 6: 1.0).")
+    share_prompts: bool = _f(True, "Run a prompt that several turn samples share (every group's "
+                                   "first turn) once, its keys/values reused by each member's "
+                                   "response; same loss and gradients, less compute.")
     # ---------------------------------------------------------------- algorithm (None: preset)
     advantage: str | None = _f(None, "Advantage estimator: grpo | gigpo | empg.")
     norm: str | None = _f(None, "Group normalisation: mean_std_norm | mean_norm.")
@@ -84,6 +89,8 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if self.max_steps < 0:
             raise ConfigError(f"max_steps must be >= 0, got {self.max_steps}")
+        if self.max_minutes < 0:
+            raise ConfigError(f"max_minutes must be >= 0, got {self.max_minutes}")
         if self.num_tasks < 1 or self.group_size < 1:
             raise ConfigError("num_tasks and group_size must be >= 1")
         if self.rollout_engine not in ("auto", "hf", "vllm"):

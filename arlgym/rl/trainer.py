@@ -36,7 +36,15 @@ import torch
 
 from arlgym.errors import ConfigError
 from arlgym.rl.advantages import advantage_metrics, compute_advantages
-from arlgym.rl.batching import TokenSample, pack, response_logprobs, token_samples
+from arlgym.rl.batching import (
+    TokenSample,
+    pack,
+    pack_shared,
+    prompt_groups,
+    response_logprobs,
+    shared_prompt_logprobs,
+    token_samples,
+)
 from arlgym.rl.config import TrainConfig
 from arlgym.rl.losses import policy_loss
 from arlgym.rl.presets import advantage_kwargs, get_preset, make_sampler, policy_loss_kwargs
@@ -98,26 +106,74 @@ def resolve_algorithm(cfg: TrainConfig) -> dict[str, Any]:
     return preset
 
 
-def _micro_batches(samples: list[TokenSample], order: list[int], budget: int) -> list[list[int]]:
-    """Split ``order`` into micro-batches whose padded size B·(P+R) stays within ``budget``.
+def _micro_batches(samples: list[TokenSample], order: list[int], budget: int,
+                   share_prompts: bool = False) -> list[list[int]]:
+    """Split ``order`` into micro-batches whose padded token area stays within ``budget``.
 
-    Samples are grouped by similar length first (sorted), so padding stays small.
+    Samples are grouped by similar length first (sorted), so padding stays small. With
+    ``share_prompts`` the units are groups of samples with one prompt, kept whole, and a unit
+    costs its prompt once plus each member's response.
     """
-    order = sorted(order, key=lambda i: (len(samples[i].prompt_ids), len(samples[i].response_ids)))
+    units = prompt_groups(samples, order) if share_prompts else [[i] for i in order]
+    units.sort(key=lambda u: (len(samples[u[0]].prompt_ids), max(len(samples[i].response_ids) for i in u)))
     out: list[list[int]] = []
     cur: list[int] = []
-    p_max = r_max = 0
-    for i in order:
-        p, r = len(samples[i].prompt_ids), len(samples[i].response_ids)
-        np_, nr = max(p_max, p), max(r_max, r)
-        if cur and (len(cur) + 1) * (np_ + nr) > budget:
+    cost = 0
+    for unit in units:
+        p = len(samples[unit[0]].prompt_ids)
+        r = max(len(samples[i].response_ids) for i in unit)
+        c = p + len(unit) * (r + 1) if share_prompts and len(unit) > 1 else len(unit) * (p + r)
+        if cur and cost + c > budget:
             out.append(cur)
-            cur, np_, nr = [], p, r
-        cur.append(i)
-        p_max, r_max = np_, nr
+            cur, cost = [], 0
+        cur += unit
+        cost += c
     if cur:
         out.append(cur)
     return out
+
+
+def sample_logprobs(model: Any, sub: list[TokenSample], pad_id: int, device: Any, *,
+                    temperature: float, with_entropy: bool, share_prompts: bool,
+                    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+    """Response log-probs (B, R), entropies and the response mask of ``sub``, in its order.
+
+    With ``share_prompts``, members with an identical prompt run it once
+    (:func:`~arlgym.rl.batching.shared_prompt_logprobs`); the rest go through one plain batch.
+    """
+    width = max(1, max(len(s.response_ids) for s in sub))
+    mask = torch.zeros(len(sub), width)
+    for row, s in enumerate(sub):
+        mask[row, : len(s.response_ids)] = 1.0
+    mask = mask.to(device)
+    groups = prompt_groups(sub, range(len(sub))) if share_prompts else [[i] for i in range(len(sub))]
+    shared = [g for g in groups if len(g) > 1 and len(sub[g[0]].prompt_ids) >= 2]
+    single = [i for g in groups if not (len(g) > 1 and len(sub[g[0]].prompt_ids) >= 2) for i in g]
+    rows: list[int] = []
+    lps: list[torch.Tensor] = []
+    ents: list[torch.Tensor] = []
+
+    def add(lp: torch.Tensor, en: torch.Tensor | None, idx: list[int]) -> None:
+        pad = (0, width - lp.shape[1])
+        lps.append(torch.nn.functional.pad(lp, pad))
+        if en is not None:
+            ents.append(torch.nn.functional.pad(en, pad))
+        rows.extend(idx)
+
+    if shared:
+        batch = pack_shared([[sub[i] for i in g] for g in shared], pad_id, device)
+        lp, en = shared_prompt_logprobs(model, batch, temperature=temperature, with_entropy=with_entropy)
+        add(lp, en, [i for g in shared for i in g])
+    if single:
+        batch = pack([sub[i] for i in single], pad_id, device)
+        lp, en = response_logprobs(model, batch, temperature=temperature, with_entropy=with_entropy)
+        add(lp, en, single)
+    inverse = torch.empty(len(sub), dtype=torch.long)
+    inverse[torch.tensor(rows)] = torch.arange(len(sub))
+    inverse = inverse.to(device)
+    logp = torch.cat(lps).index_select(0, inverse)
+    entropy = torch.cat(ents).index_select(0, inverse) if with_entropy else None
+    return logp, entropy, mask
 
 
 class Trainer:
@@ -260,18 +316,21 @@ class Trainer:
             unwrapped.train()
         return groups, rolled, fmetrics
 
+    def _logprobs(self, model: Any, sub: list[TokenSample], with_entropy: bool):
+        return sample_logprobs(model, sub, self.tokenizer.pad_token_id, self.accelerator.device,
+                               temperature=self.cfg.temperature, with_entropy=with_entropy,
+                               share_prompts=self.cfg.share_prompts)
+
     @torch.no_grad()
     def _fill_logprobs(self, samples: list[TokenSample], need_entropy: bool) -> None:
-        pad = self.tokenizer.pad_token_id
-        dev = self.accelerator.device
         model = self.accelerator.unwrap_model(self.model)
-        for mb in _micro_batches(samples, list(range(len(samples))), self.cfg.micro_batch_tokens):
-            batch = pack([samples[i] for i in mb], pad, dev)
-            logp, ent = response_logprobs(model, batch, temperature=self.cfg.temperature,
-                                          with_entropy=need_entropy)
+        for mb in _micro_batches(samples, list(range(len(samples))), self.cfg.micro_batch_tokens,
+                                 self.cfg.share_prompts):
+            sub = [samples[i] for i in mb]
+            logp, ent, _ = self._logprobs(model, sub, need_entropy)
             ref = None
             if self.ref_model is not None:
-                ref, _ = response_logprobs(self.ref_model, batch, temperature=self.cfg.temperature)
+                ref, _, _ = self._logprobs(self.ref_model, sub, False)
             for row, i in enumerate(mb):
                 n = len(samples[i].response_ids)
                 samples[i].old_logprobs = logp[row, :n].cpu()
@@ -314,19 +373,17 @@ class Trainer:
                 tokens = sum(len(samples[i].response_ids) for i in chunk)
                 g_tokens = max(1.0, self._all_sum(tokens))
                 g_seqs = max(1.0, self._all_sum(len(chunk)))
-                micro = _micro_batches(samples, chunk, cfg.micro_batch_tokens) if chunk else []
+                micro = _micro_batches(samples, chunk, cfg.micro_batch_tokens, cfg.share_prompts) if chunk else []
                 n_micro = self._all_max(len(micro))
                 micro += [[]] * (n_micro - len(micro))
                 for k, mb in enumerate(micro):
                     dummy = not mb
                     idx = mb if mb else [0]
                     sub = [samples[i] for i in idx] if n_local else [_dummy_sample(self.tokenizer)]
-                    batch = pack(sub, self.tokenizer.pad_token_id, acc.device)
                     sync = acc.no_sync(self.model) if (k < n_micro - 1 and world > 1) else _null()
                     with sync:
-                        logp, ent = response_logprobs(self.model, batch, temperature=cfg.temperature,
-                                                      with_entropy=True)
-                        width = batch.response_width
+                        logp, ent, response_mask = self._logprobs(self.model, sub, True)
+                        width = logp.shape[1]
                         if n_local:
                             old = self._stack(samples, idx, width, "old_logprobs")
                             ref = self._stack(samples, idx, width, "ref_logprobs") if self.ref_model is not None else None
@@ -334,13 +391,13 @@ class Trainer:
                         else:
                             old, ref, a = logp.detach(), (logp.detach() if self.ref_model is not None else None), torch.zeros(1, device=acc.device)
                         loss, metrics = policy_loss(
-                            name, logp, old, a, batch.response_mask, ref_logp=ref,
+                            name, logp, old, a, response_mask, ref_logp=ref,
                             entropy=ent.detach(), global_tokens=g_tokens, num_seqs=g_seqs,
                             **loss_kw)
                         scale = 0.0 if dummy else float(world)  # DDP averages; we want sums
                         acc.backward(loss * scale)
                     if not dummy:
-                        w = float(batch.response_mask.sum())
+                        w = float(response_mask.sum())
                         weight_total += w
                         for key, val in metrics.items():
                             sums[key] = sums.get(key, 0.0) + float(val) * w
@@ -423,6 +480,7 @@ class Trainer:
         log_path = self.out / "metrics.jsonl"
         bar = tqdm(total=cfg.max_steps, initial=self.step, desc=f"{cfg.algo} {cfg.env_id}",
                    disable=not acc.is_main_process)
+        started = time.perf_counter()
         while self.step < cfg.max_steps:
             metrics = self.train_step()
             if cfg.eval_steps and self.step % cfg.eval_steps == 0:
@@ -440,6 +498,8 @@ class Trainer:
             acc.log(metrics, step=self.step)
             if cfg.save_steps and self.step % cfg.save_steps == 0:
                 self.save_checkpoint()
+            if cfg.max_minutes and self._all_max(int(time.perf_counter() - started > cfg.max_minutes * 60)):
+                break
         bar.close()
         self.save_final()
         acc.end_training()

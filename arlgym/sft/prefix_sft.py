@@ -167,9 +167,10 @@ def train_prefix_sft(cfg: Any, samples: list[dict[str, Any]]) -> dict[str, Any]:
             sched.step()
             opt.zero_grad(set_to_none=True)
             step += 1
-            if cfg.time_budget_minutes and step == 10:
+            if cfg.time_budget_minutes and (step == 10 or step % 50 == 0):
+                # re-estimated as it goes: step time drifts with sequence lengths and load
                 per_step = (time.perf_counter() - started) / step
-                horizon["total"] = min(total, int(cfg.time_budget_minutes * 60 / per_step))
+                horizon["total"] = max(step + 1, min(total, int(cfg.time_budget_minutes * 60 / per_step)))
             running += float(loss.detach())
             if step % cfg.logging_steps == 0 or step == total:
                 n = cfg.logging_steps if step % cfg.logging_steps == 0 else step % cfg.logging_steps

@@ -85,3 +85,24 @@ def test_accelerate_launch_two_cpu_processes(tmp_path):
     lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(x)["step"] for x in lines] == [1, 2, 3]
     assert (tmp_path / "final" / "model.safetensors").exists()
+
+
+def test_shared_prompts_change_compute_not_results(tmp_path):
+    """Every group's first turn shares its prompt; running it once must not change the step."""
+    _, on = _run(tmp_path / "on", "--algo", "grpo", "--max_steps", "2", "--kl_coef", "0.01",
+                 "--share_prompts", "true")
+    _, off = _run(tmp_path / "off", "--algo", "grpo", "--max_steps", "2", "--kl_coef", "0.01",
+                  "--share_prompts", "false")
+    for a, b in zip(on, off, strict=True):
+        assert a["samples"] == b["samples"]
+        for key in ("loss", "grad_norm", "kl/ref", "entropy"):
+            if key in a:
+                assert a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-6), key
+    wa, wb = _weights(tmp_path / "on"), _weights(tmp_path / "off")
+    for k in wa:
+        assert torch.allclose(wa[k], wb[k], atol=1e-5), k
+
+
+def test_max_minutes_stops_early(tmp_path):
+    _, history = _run(tmp_path, "--algo", "grpo", "--max_steps", "50", "--max_minutes", "0.0001")
+    assert len(history) == 1
