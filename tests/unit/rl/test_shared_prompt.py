@@ -4,8 +4,14 @@ entropies and gradients (the trainer's first-turn saving)."""
 import torch
 
 from arlgym.models import load_model_and_tokenizer
-from arlgym.rl.batching import (TokenSample, pack, pack_shared, prompt_groups, response_logprobs,
-                                shared_prompt_logprobs)
+from arlgym.rl.batching import (
+    TokenSample,
+    pack,
+    pack_shared,
+    prompt_groups,
+    response_logprobs,
+    shared_prompt_logprobs,
+)
 
 
 def _sample(prompt, response, uid):
