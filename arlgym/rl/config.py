@@ -62,6 +62,12 @@ class TrainConfig:
                                  "on-policy; smaller values make later mini-batches off-policy).")
     micro_batch_tokens: int = _f(16384, "Token budget of one forward/backward micro-batch.")
     grad_clip: float = _f(1.0, "Max gradient norm (Table 6: 1.0).")
+    lora_r: int = _f(0, "LoRA rank (0: full fine-tuning). With LoRA only the adapters train and "
+                        "the KL reference is the policy with its adapters switched off (no "
+                        "second model copy); final/ holds the merged model.")
+    lora_alpha: float | None = _f(None, "LoRA alpha (None: 2 * lora_r).")
+    lora_target_modules: str = _f("all-linear", "Modules that get adapters: all-linear or a "
+                                                "comma-separated list such as q_proj,v_proj.")
     share_prompts: bool = _f(True, "Run a prompt that several turn samples share (every group's "
                                    "first turn) once, its keys/values reused by each member's "
                                    "response; same loss and gradients, less compute.")
@@ -95,6 +101,8 @@ class TrainConfig:
             raise ConfigError("num_tasks and group_size must be >= 1")
         if self.rollout_engine not in ("auto", "hf", "vllm"):
             raise ConfigError(f"rollout_engine must be auto, hf or vllm, got {self.rollout_engine!r}")
+        if self.lora_r < 0:
+            raise ConfigError(f"lora_r must be >= 0, got {self.lora_r}")
         if self.ppo_epochs < 1:
             raise ConfigError(f"ppo_epochs must be >= 1, got {self.ppo_epochs}")
         for name in ("env_kwargs", "loss_kwargs", "advantage_kwargs"):

@@ -46,6 +46,8 @@ from arlgym.rl.batching import (
     token_samples,
 )
 from arlgym.rl.config import TrainConfig
+from arlgym.rl.distributed import check_rollout_support, full_weights
+from arlgym.rl.lora import adapters_disabled, apply_lora, merged_copy, merged_weights
 from arlgym.rl.losses import policy_loss
 from arlgym.rl.presets import advantage_kwargs, get_preset, make_sampler, policy_loss_kwargs
 
@@ -201,17 +203,26 @@ class Trainer:
                 f"({acc.num_processes}) so that whole groups stay on one rank"
             )
         self.local_tasks = cfg.num_tasks // acc.num_processes
+        self.engine = cfg.rollout_engine
+        if self.engine == "auto":
+            self.engine = "vllm" if torch.cuda.is_available() and _has_vllm() else "hf"
+        check_rollout_support(acc, self.engine, lora=cfg.lora_r > 0)
         seed_everything(cfg.seed + acc.process_index)
         model, self.tokenizer = load_model_and_tokenizer(cfg.model, seed=cfg.seed)
+        self.lora = cfg.lora_r > 0
+        if self.lora:
+            model = apply_lora(model, cfg.lora_r, cfg.lora_alpha, target_modules=cfg.lora_target_modules)
         model.train()
         self.kl_coef = float(self.algo["kl_coef"] or 0.0)
+        # The k3 reference: a frozen copy, or under LoRA the policy with its adapters off.
+        self.use_ref = self.kl_coef > 0
         self.ref_model = None
-        if self.kl_coef > 0:
+        if self.use_ref and not self.lora:
             ref, _ = load_model_and_tokenizer(cfg.model, seed=cfg.seed)
             ref.requires_grad_(False)
             self.ref_model = ref.to(acc.device).eval()
-        optimizer = torch.optim.AdamW(model.parameters(), lr=self.algo["lr"],
-                                      weight_decay=cfg.weight_decay)
+        optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad],
+                                      lr=self.algo["lr"], weight_decay=cfg.weight_decay)
         warm = max(1, cfg.warmup_steps)
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / warm))
         self.model, self.optimizer, self.scheduler = acc.prepare(model, optimizer, scheduler)
@@ -238,24 +249,28 @@ class Trainer:
 
     # ------------------------------------------------------------------ plumbing
     def _make_policy(self):
-        engine = self.cfg.rollout_engine
-        if engine == "auto":
-            engine = "vllm" if torch.cuda.is_available() and _has_vllm() else "hf"
-        if engine == "vllm":
+        if self.engine == "vllm":
             from arlgym.models import model_path
             from arlgym.policies.vllm import VLLMPolicy
 
             policy = VLLMPolicy(str(model_path(self.cfg.model, seed=self.cfg.seed)))
-            policy.load_weights(self.accelerator.unwrap_model(self.model))
+            self._push_weights(policy)
             return policy
         from arlgym.policies.hf import HFPolicy
 
         return HFPolicy(self.accelerator.unwrap_model(self.model), tokenizer=self.tokenizer,
                         batch_size=self.cfg.generation_batch_size)
 
+    def _push_weights(self, policy: Any) -> None:
+        """Load the live weights into an engine that keeps its own copy (vLLM)."""
+        if self.lora:
+            policy.sync_weights(merged_weights(self.accelerator.unwrap_model(self.model)))
+        else:
+            policy.sync_weights(full_weights(self.accelerator, self.model))
+
     def _sync_rollout_weights(self) -> None:
         if hasattr(self.policy, "load_weights"):
-            self.policy.load_weights(self.accelerator.unwrap_model(self.model))
+            self._push_weights(self.policy)
 
     def _checkpoint_dir(self, step: int) -> Path:
         return self.out / "checkpoints" / f"step-{step:06d}"
@@ -331,6 +346,9 @@ class Trainer:
             ref = None
             if self.ref_model is not None:
                 ref, _, _ = self._logprobs(self.ref_model, sub, False)
+            elif self.use_ref:  # LoRA: the base weights are the reference
+                with adapters_disabled(model):
+                    ref, _, _ = self._logprobs(model, sub, False)
             for row, i in enumerate(mb):
                 n = len(samples[i].response_ids)
                 samples[i].old_logprobs = logp[row, :n].cpu()
@@ -386,10 +404,10 @@ class Trainer:
                         width = logp.shape[1]
                         if n_local:
                             old = self._stack(samples, idx, width, "old_logprobs")
-                            ref = self._stack(samples, idx, width, "ref_logprobs") if self.ref_model is not None else None
+                            ref = self._stack(samples, idx, width, "ref_logprobs") if self.use_ref else None
                             a = adv[idx].to(acc.device)
                         else:
-                            old, ref, a = logp.detach(), (logp.detach() if self.ref_model is not None else None), torch.zeros(1, device=acc.device)
+                            old, ref, a = logp.detach(), (logp.detach() if self.use_ref else None), torch.zeros(1, device=acc.device)
                         loss, metrics = policy_loss(
                             name, logp, old, a, response_mask, ref_logp=ref,
                             entropy=ent.detach(), global_tokens=g_tokens, num_seqs=g_seqs,
@@ -460,8 +478,9 @@ class Trainer:
 
         model = self.accelerator.unwrap_model(self.model)
         model.eval()
-        try:
-            policy = HFPolicy(model, tokenizer=self.tokenizer, batch_size=self.cfg.generation_batch_size)
+        try:  # vLLM holds the synced weights (and a sharded model cannot generate on one rank)
+            policy = self.policy if self.engine == "vllm" else HFPolicy(
+                model, tokenizer=self.tokenizer, batch_size=self.cfg.generation_batch_size)
             summary, _ = evaluate(self.cfg.env_id, policy, episodes=self.cfg.eval_episodes,
                                   split="test", batch_size=64, env_kwargs=self.cfg.env_kwargs,
                                   sampling=SamplingParams(temperature=0.0, max_new_tokens=self.cfg.max_new_tokens),
@@ -510,7 +529,12 @@ class Trainer:
         path = self.out / "final"
         self.accelerator.wait_for_everyone()
         if self.accelerator.is_main_process:
-            self.accelerator.unwrap_model(self.model).save_pretrained(path)
+            model = self.accelerator.unwrap_model(self.model)
+            if self.lora:  # a plain HF model that loads with hf:<dir>, plus the adapter alone
+                merged_copy(model).save_pretrained(path)
+                model.save_pretrained(path / "adapter")
+            else:
+                model.save_pretrained(path)
             self.tokenizer.save_pretrained(path)
         self.accelerator.wait_for_everyone()
         return path
