@@ -225,6 +225,10 @@ def train_from_args(args: argparse.Namespace) -> int:
         stats = train_sft(cfg)
     except ArlgymError:
         raise
+    from accelerate import PartialState
+
+    if not PartialState().is_main_process:  # under accelerate launch: one report, not one per rank
+        return 0
     print(f"trained {stats['steps']} steps in {stats['seconds']:.0f} s, final loss "
           f"{stats['train_loss']:.4f} -> {cfg.output_dir} (load with hf:{cfg.output_dir})")
     return 0

@@ -79,12 +79,17 @@ def test_accelerate_launch_two_cpu_processes(tmp_path):
            str(ROOT / "configs/accelerate/cpu.yaml"), str(ROOT / "trainers/sampo.py"),
            "--config", str(ROOT / "configs/sokoban-tiny-cpu.yaml"), "--algo", "sampo",
            "--max_steps", "3", "--output_dir", str(tmp_path), "--num_tasks", "2",
-           "--group_size", "2", "--max_new_tokens", "8", "--env_kwargs", '{"max_steps": 3}']
+           "--group_size", "2", "--max_new_tokens", "8", "--env_kwargs", '{"max_steps": 3}',
+           "--save_steps", "3"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1200, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(x)["step"] for x in lines] == [1, 2, 3]
     assert (tmp_path / "final" / "model.safetensors").exists()
+    # really two ranks (each saves its own task-stream position), one group each
+    ckpt = tmp_path / "checkpoints" / "step-000003"
+    assert sorted(p.name for p in ckpt.glob("collector_rank*.json")) == [
+        "collector_rank0.json", "collector_rank1.json"]
 
 
 def test_shared_prompts_change_compute_not_results(tmp_path):

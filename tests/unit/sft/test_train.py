@@ -58,3 +58,28 @@ def test_cli_train_smollm2_few_steps(data, tmp_path):
 
     model, tok = load_model_and_tokenizer(str(out))
     assert model.config.model_type == "llama" and tok.chat_template
+
+
+@pytest.mark.slow
+def test_accelerate_launch_two_processes_trains_one_model(data, tmp_path):
+    """Multi-process SFT (`accelerate launch -m arlgym.sft.cli train`) on 2 CPU processes with gloo:
+    both ranks train one model (DDP), rank 0 saves it once, and it loads as hf:<dir>."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[3]
+    out = tmp_path / "ddp"
+    proc = subprocess.run(
+        [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
+         str(root / "configs/accelerate/cpu.yaml"), "-m", "arlgym.sft.cli", "train",
+         "--data", str(data), "--model", "tiny", "--output-dir", str(out), "--max-steps", "3",
+         "--batch-size", "4", "--lr", "3e-3", "--logging-steps", "1", "--no-progress"],
+        capture_output=True, text=True, timeout=900, cwd=root)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.count("load with hf:") == 1  # only the main process reports and saves
+    stats = json.loads((out / "sft_stats.json").read_text())
+    assert stats["steps"] == 3
+    # 2 ranks x batch 4: each optimizer step sees 8 samples, so 3 steps cover 24 samples
+    assert stats["epochs_done"] == pytest.approx(3 * 8 / stats["samples"], rel=0.05)
+    from arlgym.policies import make_policy
+
+    assert make_policy(f"hf:{out}") is not None
