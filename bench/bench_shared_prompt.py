@@ -153,28 +153,14 @@ def report(name: str, samples: list[TokenSample], res: dict[bool, dict[str, Any]
           f"(grad max {float(off['grad'].abs().max()):.2e})")
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", default="tiny", help="model spec (tiny, a BC checkpoint dir, ...)")
-    ap.add_argument("--tasks", type=int, default=8, help="Sokoban task groups in the rollout")
-    ap.add_argument("--group-size", type=int, default=8, help="rollouts per task (G)")
-    ap.add_argument("--turns", type=int, default=5, help="max turns per episode (env max_steps)")
-    ap.add_argument("--max-new-tokens", type=int, default=24)
-    ap.add_argument("--long-groups", type=int, default=8, help="groups in the long-prompt batch")
-    ap.add_argument("--repeats", type=int, default=2, help="timed runs per mode (best is shown)")
-    ap.add_argument("--threads", type=int, default=1,
-                    help="torch threads; 1 by default, as in bench_trl_grpo.py (a busy shared "
-                         "machine stalls every OpenMP barrier of the tiny model's small ops)")
-    ap.add_argument("--micro-batch-tokens", type=int, default=TrainConfig.micro_batch_tokens)
-    args = ap.parse_args()
-    torch.set_num_threads(args.threads)
-
+def run(args: argparse.Namespace, out_dir: str) -> None:
+    """Roll out, build the three batches, time and compare both modes on each."""
     cfg = TrainConfig(algo="gspo", model=args.model, env_id="arl/Sokoban-v0",
                       env_kwargs={"max_steps": args.turns}, num_tasks=args.tasks,
                       group_size=args.group_size, max_new_tokens=args.max_new_tokens,
                       generation_batch_size=args.tasks * args.group_size, rollout_engine="hf",
                       lr=0.0, kl_coef=0.0, micro_batch_tokens=args.micro_batch_tokens,
-                      output_dir=tempfile.mkdtemp(prefix="bench_shared_"), log_with="none")
+                      output_dir=out_dir, log_with="none")
     trainer = Trainer(cfg)
     t = time.perf_counter()
     groups, _, _ = trainer._rollout()
@@ -196,6 +182,26 @@ def main() -> None:
     for name, samples in batches:
         report(name, samples, measure(trainer, store, samples, args.repeats))
     trainer.collector.close()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default="tiny", help="model spec (tiny, a BC checkpoint dir, ...)")
+    ap.add_argument("--tasks", type=int, default=8, help="Sokoban task groups in the rollout")
+    ap.add_argument("--group-size", type=int, default=8, help="rollouts per task (G)")
+    ap.add_argument("--turns", type=int, default=5, help="max turns per episode (env max_steps)")
+    ap.add_argument("--max-new-tokens", type=int, default=24)
+    ap.add_argument("--long-groups", type=int, default=8, help="groups in the long-prompt batch")
+    ap.add_argument("--repeats", type=int, default=2, help="timed runs per mode (best is shown)")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch threads; 1 by default, as in bench_trl_grpo.py (a busy shared "
+                         "machine stalls every OpenMP barrier of the tiny model's small ops)")
+    ap.add_argument("--micro-batch-tokens", type=int, default=TrainConfig.micro_batch_tokens)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+
+    with tempfile.TemporaryDirectory(prefix="bench_shared_") as out_dir:
+        run(args, out_dir)
 
 
 if __name__ == "__main__":

@@ -116,7 +116,7 @@ def _step_record(step: tuple[float, float], gen: tuple[float, float],
 
 
 # ----------------------------------------------------------------------------------- TRL side
-def run_trl(args: argparse.Namespace) -> dict[str, Any]:
+def run_trl(args: argparse.Namespace, out_dir: str) -> dict[str, Any]:
     """GRPOTrainer with GSPO (``importance_sampling_level="sequence"``, ``loss_type="grpo"``)."""
     import gymnasium as gym
     from datasets import Dataset
@@ -168,7 +168,7 @@ def run_trl(args: argparse.Namespace) -> dict[str, Any]:
 
     model, tokenizer = load_model_and_tokenizer(args.model, seed=SEED)
     config = GRPOConfig(
-        output_dir=tempfile.mkdtemp(prefix="bench_trl_"), seed=SEED, use_cpu=True, bf16=False,
+        output_dir=out_dir, seed=SEED, use_cpu=True, bf16=False,
         report_to="none", per_device_train_batch_size=args.prompts * args.generations,
         gradient_accumulation_steps=1, num_generations=args.generations,
         max_completion_length=args.max_new_tokens, temperature=1.0, top_p=1.0, top_k=0,
@@ -194,14 +194,14 @@ def run_trl(args: argparse.Namespace) -> dict[str, Any]:
 
 
 # -------------------------------------------------------------------------------- arlgym side
-def run_arlgym(args: argparse.Namespace, share_prompts: bool) -> dict[str, Any]:
+def run_arlgym(args: argparse.Namespace, share_prompts: bool, out_dir: str) -> dict[str, Any]:
     """arlgym's Trainer with the ``gspo`` preset on the one-turn Sokoban env."""
     from arlgym.rl.config import TrainConfig
     from arlgym.rl.trainer import Trainer
 
     cfg = TrainConfig(
         algo="gspo", env_id=ENV_ID, env_kwargs=dict(ENV_KWARGS), model=args.model, seed=SEED,
-        output_dir=tempfile.mkdtemp(prefix="bench_arlgym_"), max_steps=args.steps,
+        output_dir=out_dir, max_steps=args.steps,
         num_tasks=args.prompts, group_size=args.generations, temperature=1.0,
         max_new_tokens=args.max_new_tokens, generation_batch_size=args.prompts * args.generations,
         rollout_engine="hf", lr=args.lr, kl_coef=0.0, clip_low=CLIP_LOW, clip_high=CLIP_HIGH,
@@ -302,10 +302,11 @@ def main() -> None:
         import torch
 
         torch.set_num_threads(args.threads)
-        if args.side == "trl":
-            result = run_trl(args)
-        else:
-            result = run_arlgym(args, share_prompts=args.side == "arlgym")
+        with tempfile.TemporaryDirectory(prefix=f"bench_{args.side}_") as out_dir:
+            if args.side == "trl":
+                result = run_trl(args, out_dir)
+            else:
+                result = run_arlgym(args, args.side == "arlgym", out_dir)
         Path(args.json).write_text(json.dumps(result))
         return
 
