@@ -384,6 +384,10 @@ class Trainer:
         mini = cfg.mini_batch_size or max(1, n_local)
         n_mini = self._all_max(max(1, math.ceil(n_local / mini)))
         grad_norms = []
+        # loss and pg_loss are divided by the whole mini-batch's token/sequence totals in every
+        # micro-batch, so a mini-batch's loss is the SUM of its micro-batch losses (not an
+        # average, which would depend on how the mini-batch was split); logged: mean per step
+        step_losses: dict[str, list[float]] = {"loss": [], "pg_loss": []}
         for _epoch in range(cfg.ppo_epochs):
             perm = torch.randperm(n_local, generator=gen).tolist() if n_local else []
             chunks = [perm[k::n_mini] for k in range(n_mini)]
@@ -394,6 +398,7 @@ class Trainer:
                 micro = _micro_batches(samples, chunk, cfg.micro_batch_tokens, cfg.share_prompts) if chunk else []
                 n_micro = self._all_max(len(micro))
                 micro += [[]] * (n_micro - len(micro))
+                chunk_loss = {key: 0.0 for key in step_losses}
                 for k, mb in enumerate(micro):
                     dummy = not mb
                     idx = mb if mb else [0]
@@ -418,14 +423,20 @@ class Trainer:
                         w = float(response_mask.sum())
                         weight_total += w
                         for key, val in metrics.items():
-                            sums[key] = sums.get(key, 0.0) + float(val) * w
-                        sums["loss"] = sums.get("loss", 0.0) + float(loss.detach()) * w
+                            if key not in step_losses:
+                                sums[key] = sums.get(key, 0.0) + float(val) * w
+                        chunk_loss["loss"] += float(loss.detach())
+                        chunk_loss["pg_loss"] += float(metrics["pg_loss"])
+                for key, val in chunk_loss.items():
+                    step_losses[key].append(val)
                 norm = acc.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
                 grad_norms.append(float(norm))
                 self.optimizer.step()
                 self.scheduler.step()
                 self.optimizer.zero_grad(set_to_none=True)
         out = {k: v / max(1.0, weight_total) for k, v in sums.items()}
+        # each rank holds its share of the global sum; _reduce_metrics averages over ranks
+        out.update({k: float(np.mean(v)) * world if v else 0.0 for k, v in step_losses.items()})
         out["grad_norm"] = float(np.mean(grad_norms)) if grad_norms else 0.0
         out["learning_rate"] = float(self.scheduler.get_last_lr()[0])
         return out

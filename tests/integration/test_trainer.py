@@ -108,6 +108,16 @@ def test_shared_prompts_change_compute_not_results(tmp_path):
         assert torch.allclose(wa[k], wb[k], atol=1e-5), k
 
 
+def test_logged_loss_does_not_depend_on_micro_batching(tmp_path):
+    """A mini-batch's loss is the sum of its micro-batch losses (global denominators)."""
+    _, whole = _run(tmp_path / "whole", "--algo", "grpo", "--max_steps", "1", "--kl_coef", "0.01")
+    _, split = _run(tmp_path / "split", "--algo", "grpo", "--max_steps", "1", "--kl_coef", "0.01",
+                    "--micro_batch_tokens", "64")
+    assert whole[0]["samples"] == split[0]["samples"]
+    for key in ("loss", "pg_loss", "grad_norm", "kl"):
+        assert split[0][key] == pytest.approx(whole[0][key], rel=1e-4, abs=1e-7), key
+
+
 def test_max_minutes_stops_early(tmp_path):
     _, history = _run(tmp_path, "--algo", "grpo", "--max_steps", "50", "--max_minutes", "0.0001")
     assert len(history) == 1
