@@ -107,7 +107,7 @@ def _cmd_quickstart(args: argparse.Namespace) -> int:
     cfg = QuickstartConfig.fast() if args.fast else QuickstartConfig()
     if args.out:
         cfg.out = args.out
-    for name in ("episodes", "sft_minutes", "eval_episodes", "rl_steps"):
+    for name in ("episodes", "sft_minutes", "eval_episodes", "rl_steps", "threads"):
         value = getattr(args, name)
         if value is not None:
             setattr(cfg, name, value)
@@ -160,6 +160,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sft-minutes", type=float, default=None, help="SFT time budget in minutes (default: 5)")
     p.add_argument("--eval-episodes", type=int, default=None, help="held-out rooms (default: 100)")
     p.add_argument("--rl-steps", type=int, default=None, help="SAMPO steps (default: 4)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch CPU threads (default: 1; the tiny model's matrices gain little "
+                        "from more, and on a busy machine extra threads stall each other; "
+                        "0 keeps torch's default)")
     p.set_defaults(func=_cmd_quickstart)
 
     for module in ("arlgym.envs.alfworld.cli",):

@@ -30,7 +30,14 @@ if __name__ == "__main__":
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--out", default="runs/bench_sft")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch CPU threads (0: torch's default; 1 is as fast for the tiny model "
+                         "and robust on busy cores)")
     args = ap.parse_args()
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
     out = Path(args.out)
     t = time.perf_counter()
     data = collect_sft(CollectConfig(episodes=args.episodes, batch_tasks=64), out / "data", progress=False)

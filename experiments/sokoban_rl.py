@@ -71,7 +71,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--sft-lr", type=float, default=1e-3)
     ap.add_argument("--algo", default="sampo")
     ap.add_argument("--rl-minutes", type=float, default=25.0)
-    ap.add_argument("--rl-lr", type=float, default=5e-5)
+    ap.add_argument("--rl-lr", type=float, default=1e-4)
+    ap.add_argument("--mini-batch-size", type=int, default=256,
+                    help="turn samples per optimizer step (~6 updates per RL step of ~1,500 turns)")
     ap.add_argument("--num-tasks", type=int, default=16)
     ap.add_argument("--group-size", type=int, default=8)
     ap.add_argument("--eval", type=int, default=500, help="held-out rooms for before/after")
@@ -79,7 +81,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--extra", nargs=argparse.REMAINDER, default=[],
                     help="further trainers/sampo.py flags, e.g. --extra --kl_coef 0")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="torch CPU threads (0: torch's default; 1 is as fast for the tiny model "
+                         "and robust on busy cores)")
     args = ap.parse_args(argv)
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
 
     from arlgym.rl.cli import parse_train_config
     from arlgym.rl.trainer import Trainer
@@ -113,7 +122,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "--algo", args.algo, "--model", str(sft_dir), "--output_dir", str(rl_dir),
             "--max_steps", "100000", "--max_minutes", str(args.rl_minutes),
             "--num_tasks", str(args.num_tasks), "--group_size", str(args.group_size),
-            "--lr", str(args.rl_lr), "--max_new_tokens", "24", "--log_with", "none",
+            "--lr", str(args.rl_lr), "--mini_batch_size", str(args.mini_batch_size),
+            "--max_new_tokens", "24", "--log_with", "none",
             "--eval_steps", str(args.eval_every), "--eval_episodes", "100",
             "--seed", str(args.seed), *args.extra])
         Trainer(cfg).train()

@@ -37,6 +37,9 @@ class TrainConfig:
     max_steps: int = _f(10, "Trainer steps (one rollout batch + PPO update each).")
     max_minutes: float = _f(0.0, "Wall-clock budget: stop after the step that crosses it (0: off). "
                                  "Checked on rank 0 and broadcast, so all ranks stop together.")
+    torch_threads: int = _f(0, "torch CPU threads (0: torch's default). 1 suits tiny models on "
+                               "CPU: their matrices are too small to split, and on busy cores "
+                               "extra threads stall each other at every barrier.")
     resume: bool = _f(False, "Continue from the newest checkpoint in output_dir.")
     save_steps: int = _f(0, "Checkpoint every N steps (0: only at the end).")
     eval_steps: int = _f(0, "Greedy eval on the fixed eval list every N steps (0: off).")

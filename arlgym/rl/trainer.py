@@ -188,6 +188,8 @@ class Trainer:
         from arlgym.models import load_model_and_tokenizer
 
         self.cfg = cfg
+        if cfg.torch_threads:
+            torch.set_num_threads(cfg.torch_threads)
         self.algo = resolve_algorithm(cfg)
         self.out = Path(cfg.output_dir)
         log_with = None if cfg.log_with in ("none", "", None) else cfg.log_with
