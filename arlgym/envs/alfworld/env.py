@@ -105,7 +105,9 @@ def load_generated(split: str, index: int, *, seed: int = 0, cache: Path | None 
     """The cached folder of generated game ``index`` of ``split``; generates it if missing.
 
     A fresh game is played by the expert in the real engine first; a draw the expert cannot
-    win is replaced by the next ``attempt``. Files are written atomically (temporary file +
+    win is replaced by the next ``attempt``. A won walkthrough is a constructive proof that the
+    game is solvable, so the planner check of ``arlgym alfworld generate`` (~1 s per game) is
+    not repeated here, where games are made on first use. Files are written atomically (temporary file +
     rename, ``game.tw-pddl`` last), so concurrent processes at worst generate the same game
     twice and never see a half-written one.
     """
@@ -123,6 +125,7 @@ def load_generated(split: str, index: int, *, seed: int = 0, cache: Path | None 
         walkthrough = play_expert(game_engine, game.task_type, game.pddl_params)
         if walkthrough is not None:
             game.walkthrough = walkthrough
+            game.checks = ("expert",)
             return write_game(game, folder)
     raise UnsolvableError(f"no solvable draw for gen-{split}-{index:05d} in {_MAX_ATTEMPTS} tries")
 

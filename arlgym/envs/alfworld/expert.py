@@ -14,12 +14,13 @@ It is a privileged expert (it knows where objects are, as ALFWorld's planner exp
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from arlgym.envs.alfworld.engine import AlfredGame
 
-__all__ = ["ExpertStep", "next_expert_step", "play_expert"]
+__all__ = ["ExpertStep", "next_expert_step", "play_expert", "play_plan"]
 
 _TOOL = {
     "pick_clean_then_place_in_recep": ("sinkbasintype", "isclean", "clean"),
@@ -185,3 +186,32 @@ def play_expert(game: AlfredGame, task_type: str, params: dict[str, Any],
         commands.append(step.command)
         game.step(step.command)
     return commands if game.won else None
+
+
+def play_plan(game: AlfredGame, game_json: Mapping[str, Any],
+              planning_problem: str | None = None) -> list[str] | None:
+    """The planner's solvability check: a Fast Downward plan that wins when played.
+
+    Loads ``game_json`` into ``game`` and asks for a plan from its initial state (for
+    ``planning_problem`` instead, when given: a cut-down problem that plans faster, see
+    :meth:`.generator.GeneratedGame.planning_problem`), then plays the plan in the full game.
+    The plan is not trusted: only a win in the full game counts. Returns the plan, or ``None``
+    when the planner finds none (an unsolvable problem) or its plan does not win there (a game
+    that starts won has an empty plan and fails too: it is no task). ``game`` is left on
+    ``game_json``.
+    """
+    if planning_problem is not None:
+        game.load(dict(game_json, pddl_problem=planning_problem))
+    else:
+        game.load(game_json)
+    game.reset()
+    plan = game.plan()
+    game.load(game_json)
+    game.reset()
+    if not plan:
+        return None
+    for command in plan:
+        if command not in game.admissible_commands:
+            return None
+        game.step(command)
+    return plan if game.won else None

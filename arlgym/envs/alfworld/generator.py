@@ -4,9 +4,10 @@ A problem is drawn from one shipped THOR floor plan (see :mod:`.catalog`): its r
 instances, a random subset of its object types, each instance placed in a receptacle whose type
 ALFRED allows to hold it (``VAL_RECEPTACLE_OBJECTS``), and a goal from ALFWorld's own goal
 library (PDDL goal and task-text templates, so the task reads exactly as ALFWorld phrases it).
-Each game is written in ALFWorld's layout, ``traj_data.json`` + ``game.tw-pddl`` (domain,
-grammar with the task filled in, problem, ``solvable``, ``walkthrough``), so the official
-alfworld tools load it too.
+Each game is written in ALFWorld's layout, ``traj_data.json`` + ``initial_state.pddl`` +
+``game.tw-pddl`` (domain, grammar with the task filled in, problem, ``solvable``,
+``walkthrough``), so the official alfworld tools load it too (tested with alfworld's own
+``AlfredTWEnv`` in ``tests/unit/envs/test_alfworld_generate.py``).
 
 Determinism: problem ``index`` of ``split`` under base ``seed`` is a pure function of those
 three numbers (``numpy.random.default_rng([seed, split_code, index])``), so a task id such as
@@ -112,6 +113,9 @@ class GeneratedGame:
     pddl_problem: str
     #: canonical commands that solve the game (checked in the engine unless told otherwise)
     walkthrough: list[str] = field(default_factory=list)
+    #: solvability checks the game passed before it was written ("expert", "planner"),
+    #: recorded in ``traj_data.json`` so a data folder says how it was vetted
+    checks: tuple[str, ...] = ()
 
     @property
     def grammar(self) -> str:
@@ -137,7 +141,8 @@ class GeneratedGame:
             "scene": {"floor_plan": self.floor_plan, "scene_num": number},
             "turk_annotations": {"anns": [{"task_desc": self.task_text, "assignment_id": "gen",
                                            "high_descs": [], "votes": [1, 1, 1]}]},
-            "generator": {"name": "arlgym", "version": GENERATOR_VERSION},
+            "generator": {"name": "arlgym", "version": GENERATOR_VERSION,
+                          "checks": list(self.checks)},
         }
 
     @property
@@ -147,6 +152,37 @@ class GeneratedGame:
         parent = p["parent_target"] or p["toggle_target"]
         number = self.floor_plan.removeprefix("FloorPlan")
         return f"{self.task_type}-{p['object_target']}-None-{parent}-{number}/trial_{self.task_id}"
+
+    def planning_problem(self) -> str:
+        """The problem cut down to what the goal needs, for the planner's solvability check.
+
+        Fast Downward as built for TextWorld searches with no heuristic (lazy search ordered by
+        cost alone), so every object it could pick up and every cabinet it could open or close
+        multiplies the states it visits: a pick-two in a kitchen took 137 s. Here objects of
+        other types are dropped, and receptacles that neither hold a goal object nor have the
+        goal's receptacle type lose ``openable``; the same game then plans in ~0.3 s. A plan
+        for this problem proves nothing by itself: :func:`.expert.play_plan` replays it in the
+        full game, and only a win there counts.
+        """
+        p = self.pddl_params
+        keep_types = {f"{t}Type" for t in (p["object_target"], p["toggle_target"]) if t}
+        lines = self.pddl_problem.splitlines()
+        dropped = {line.split()[1] for line in lines if line.startswith("(objectType ")
+                   and line.split()[2].rstrip(")") not in keep_types}
+        lines = [line for line in lines if not dropped & set(_tokens(line))]
+        holders = {_tokens(line)[2] for line in lines if line.startswith("(inReceptacle ")}
+        goal_rtype = f"{p['parent_target']}Type"
+        goal_receptacles = {_tokens(line)[1] for line in lines
+                            if line.startswith("(receptacleType ") and _tokens(line)[2] == goal_rtype}
+        keep_openable = holders | goal_receptacles
+        lines = [line for line in lines
+                 if not (line.startswith("(openable ") and _tokens(line)[1] not in keep_openable)]
+        return "\n".join(lines) + "\n"
+
+
+def _tokens(line: str) -> list[str]:
+    """The words of one PDDL line of our problems, parentheses removed."""
+    return line.replace("(", " ").replace(")", " ").split()
 
 
 def problem_key(pddl_problem: str) -> str:
@@ -385,11 +421,15 @@ def _atomic_write(path: Path, text: str) -> None:
 
 
 def write_game(game: GeneratedGame, folder: str | Path) -> Path:
-    """Write ``traj_data.json`` then ``game.tw-pddl`` into ``folder`` (atomically, each file).
+    """Write ``traj_data.json``, ``initial_state.pddl``, then ``game.tw-pddl`` into ``folder``.
 
-    ``game.tw-pddl`` is written last, so a folder that has it is complete.
+    Each file is written atomically and ``game.tw-pddl`` last, so a folder that has it is
+    complete. ``initial_state.pddl`` (the problem alone) is what ALFWorld's own scripts
+    (``alfworld-play-tw``, ``alfworld-generate``) read; its loader ``AlfredTWEnv`` reads the
+    other two.
     """
     folder = Path(folder)
     _atomic_write(folder / "traj_data.json", json.dumps(game.traj_data(), indent=2))
+    _atomic_write(folder / "initial_state.pddl", game.pddl_problem)
     _atomic_write(folder / "game.tw-pddl", json.dumps(game.game_json()))
     return folder
