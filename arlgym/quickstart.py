@@ -21,7 +21,7 @@ __all__ = ["QuickstartConfig", "run_quickstart"]
 class QuickstartConfig:
     out: str = "runs/quickstart"
     episodes: int = 2000  # expert demonstrations
-    sft_minutes: float = 5.0
+    sft_minutes: float = 6.0
     sft_lr: float = 1e-3
     sft_batch_size: int = 32
     eval_episodes: int = 100
