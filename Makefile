@@ -41,6 +41,10 @@ test-fast: install-dev
 bench: install-dev
 	$(PY) bench/bench_sokoban.py
 	$(PY) bench/bench_parser.py
+	$(PY) bench/bench_alfworld.py
+	$(PY) bench/bench_sft.py
+	$(PY) bench/bench_trl_grpo.py
+	$(PY) bench/bench_shared_prompt.py
 
 lint: install-dev
 	$(VENV)/bin/ruff check arlgym tests bench
