@@ -15,7 +15,7 @@ from typing import Any
 
 from arlgym.errors import ConfigError, MissingDependency
 
-__all__ = ["apply_lora", "is_lora", "adapters_disabled", "merged_weights", "merged_copy"]
+__all__ = ["apply_lora", "adapters_disabled", "merged_weights", "merged_copy"]
 
 
 def apply_lora(model: Any, r: int, alpha: float | None = None, dropout: float = 0.0,
@@ -37,11 +37,6 @@ def apply_lora(model: Any, r: int, alpha: float | None = None, dropout: float = 
     config = LoraConfig(r=r, lora_alpha=alpha if alpha is not None else 2 * r, lora_dropout=dropout,
                         target_modules=targets, task_type="CAUSAL_LM")
     return get_peft_model(model, config)
-
-
-def is_lora(model: Any) -> bool:
-    """Whether ``model`` (unwrapped) carries PEFT adapters."""
-    return hasattr(model, "disable_adapter") and hasattr(model, "merge_adapter")
 
 
 def adapters_disabled(model: Any) -> contextlib.AbstractContextManager:

@@ -271,7 +271,7 @@ class Trainer:
             policy.sync_weights(full_weights(self.accelerator, self.model))
 
     def _sync_rollout_weights(self) -> None:
-        if hasattr(self.policy, "load_weights"):
+        if self.engine == "vllm":  # HF generate samples from the live model: nothing to copy
             self._push_weights(self.policy)
 
     def _checkpoint_dir(self, step: int) -> Path:
