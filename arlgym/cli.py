@@ -52,12 +52,20 @@ def _cmd_envs(args: argparse.Namespace) -> int:
     return 0
 
 
+def _policy(spec: str, seed: int):
+    """The policy a spec names; ``--seed`` seeds the random policy's own RNG too, so a random
+    baseline is reproducible like everything else (model policies take it per request)."""
+    from arlgym.policies import make_policy
+
+    return make_policy(spec, seed=seed) if spec == "random" else make_policy(spec)
+
+
 def _cmd_play(args: argparse.Namespace) -> int:
     from arlgym.evaluation.metrics import format_summary, summarize
-    from arlgym.policies import SamplingParams, make_policy
+    from arlgym.policies import SamplingParams
     from arlgym.rollout import RolloutCollector
 
-    policy = make_policy(args.policy)
+    policy = _policy(args.policy, args.seed)
     env_kwargs = _parse_kwargs(args.env_kwarg)
     if args.policy == "human":
         env_kwargs.setdefault("render_mode", None)
@@ -84,9 +92,9 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
     from arlgym.evaluation.metrics import format_summary
     from arlgym.evaluation.runner import evaluate
-    from arlgym.policies import SamplingParams, make_policy
+    from arlgym.policies import SamplingParams
 
-    policy = make_policy(args.policy)
+    policy = _policy(args.policy, args.seed)
     out = args.out
     if out is None:
         out = Path("runs") / "eval" / f"{safe_name(args.env)}__{safe_name(args.policy)}__{args.split}.jsonl"

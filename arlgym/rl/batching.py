@@ -28,6 +28,7 @@ __all__ = [
     "pack_shared",
     "prompt_groups",
     "response_logprobs",
+    "rollout_mismatch_metrics",
     "shared_prompt_logprobs",
     "token_samples",
 ]
@@ -90,6 +91,32 @@ def token_samples(trajectories: Sequence[Any]) -> list[TokenSample]:
                 rollout_logprobs=list(s.logprobs) if s.logprobs is not None else None,
             ))
     return out
+
+
+def rollout_mismatch_metrics(samples: Sequence[TokenSample]) -> dict[str, float]:
+    """How far the sampler's log-probs are from the trainer's recomputed ``old_logprobs``.
+
+    Both should be ``log π_θ(token | context)`` at the rollout temperature for the same θ. HF
+    generate on the live model gives gaps of float rounding (~1e-6); a colocated vLLM engine
+    gives its kernel/precision gap (bf16: ~1e-2). A gap that jumps after an update means the
+    engine samples from stale weights (a broken weight sync) — the check runs every step for free.
+    Samples without sampler log-probs (scripted policies, API models) are skipped.
+    """
+    pairs = [
+        (torch.as_tensor(s.rollout_logprobs, dtype=torch.float32), s.old_logprobs.float())
+        for s in samples
+        if s.rollout_logprobs is not None and s.old_logprobs is not None
+        and len(s.rollout_logprobs) == len(s.old_logprobs) and len(s.rollout_logprobs)
+    ]
+    if not pairs:
+        return {}
+    sampler = torch.cat([a for a, _ in pairs])
+    trainer = torch.cat([b for _, b in pairs])
+    d = (sampler - trainer).abs()
+    p_diff = (sampler.exp() - trainer.exp()).abs()
+    return {"rollout/logprob_abs_diff_mean": float(d.mean()),
+            "rollout/logprob_abs_diff_max": float(d.max()),
+            "rollout/prob_abs_diff_mean": float(p_diff.mean())}
 
 
 @dataclass

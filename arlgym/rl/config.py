@@ -48,6 +48,10 @@ class TrainConfig:
                                       "A JSONL log is always written.")
     # ---------------------------------------------------------------- rollout
     rollout_engine: str = _f("auto", "hf (model.generate; CPU) | vllm (colocated; GPU) | auto.")
+    vllm_gpu_memory_utilization: float = _f(0.3, "Fraction of GPU memory each colocated vLLM "
+                                                  "engine may take (the rest is for training).")
+    vllm_max_model_len: int = _f(0, "vLLM context length (0: the model's own; set it to prompt + "
+                                    "response length to shrink the KV cache reservation).")
     num_tasks: int = _f(16, "Task groups per step, over all ranks (Table 6 'User Prompt Number').")
     group_size: int = _f(8, "Rollouts per task, GRPO's G (Table 6: 8).")
     temperature: float = _f(1.0, "Rollout sampling temperature (Table 6: 1.0).")
@@ -65,6 +69,10 @@ class TrainConfig:
                                  "on-policy; smaller values make later mini-batches off-policy).")
     micro_batch_tokens: int = _f(16384, "Token budget of one forward/backward micro-batch.")
     grad_clip: float = _f(1.0, "Max gradient norm (Table 6: 1.0).")
+    gradient_checkpointing: bool = _f(False, "Recompute activations in the backward pass: far "
+                                             "less memory for long multi-turn samples (paper "
+                                             "configs), ~30% more training compute. Turns "
+                                             "share_prompts off.")
     lora_r: int = _f(0, "LoRA rank (0: full fine-tuning). With LoRA only the adapters train and "
                         "the KL reference is the policy with its adapters switched off (no "
                         "second model copy); final/ holds the merged model.")
@@ -104,6 +112,9 @@ class TrainConfig:
             raise ConfigError("num_tasks and group_size must be >= 1")
         if self.rollout_engine not in ("auto", "hf", "vllm"):
             raise ConfigError(f"rollout_engine must be auto, hf or vllm, got {self.rollout_engine!r}")
+        if not 0.0 < self.vllm_gpu_memory_utilization <= 1.0:
+            raise ConfigError("vllm_gpu_memory_utilization must be in (0, 1], got "
+                              f"{self.vllm_gpu_memory_utilization}")
         if self.lora_r < 0:
             raise ConfigError(f"lora_r must be >= 0, got {self.lora_r}")
         if self.ppo_epochs < 1:

@@ -18,7 +18,7 @@ from typing import Any
 
 from arlgym.errors import ConfigError
 
-__all__ = ["sharding", "check_rollout_support", "full_weights"]
+__all__ = ["sharding", "check_rollout_support", "full_weights", "set_launcher_env"]
 
 
 def sharding(accelerator: Any) -> str | None:
@@ -33,6 +33,29 @@ def sharding(accelerator: Any) -> str | None:
         if plugin is not None and int(plugin.zero_stage) == 3:
             return "zero3"
     return None
+
+
+def set_launcher_env(rank: int, local_rank: int, world_size: int) -> None:
+    """Give vLLM's ``external_launcher`` backend the torch.distributed variables it reads.
+
+    ``accelerate launch``/torchrun set them already; a plain ``python trainers/sampo.py`` on one
+    GPU does not, so single-process defaults are filled in (existing values are kept).
+    """
+    import os
+
+    for key, value in (("RANK", rank), ("LOCAL_RANK", local_rank), ("WORLD_SIZE", world_size),
+                       ("MASTER_ADDR", "127.0.0.1")):
+        os.environ.setdefault(key, str(value))
+    if "MASTER_PORT" not in os.environ:
+        os.environ["MASTER_PORT"] = str(_free_port())
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def check_rollout_support(accelerator: Any, engine: str, lora: bool) -> None:

@@ -28,6 +28,7 @@ import json
 import math
 import random
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -42,11 +43,12 @@ from arlgym.rl.batching import (
     pack_shared,
     prompt_groups,
     response_logprobs,
+    rollout_mismatch_metrics,
     shared_prompt_logprobs,
     token_samples,
 )
 from arlgym.rl.config import TrainConfig
-from arlgym.rl.distributed import check_rollout_support, full_weights
+from arlgym.rl.distributed import check_rollout_support, full_weights, set_launcher_env
 from arlgym.rl.lora import adapters_disabled, apply_lora, merged_copy, merged_weights
 from arlgym.rl.losses import policy_loss
 from arlgym.rl.presets import advantage_kwargs, get_preset, make_sampler, policy_loss_kwargs
@@ -214,6 +216,16 @@ class Trainer:
         self.lora = cfg.lora_r > 0
         if self.lora:
             model = apply_lora(model, cfg.lora_r, cfg.lora_alpha, target_modules=cfg.lora_target_modules)
+        # Shared-prompt batching keeps the prompt's keys/values with gradients; HF checkpointing
+        # turns the cache off in train mode (and would re-append it when recomputing), so the
+        # two exclude each other: checkpointing wins, as the memory saver.
+        self.share_prompts = cfg.share_prompts and not cfg.gradient_checkpointing
+        if cfg.gradient_checkpointing:  # active in train mode only: rollouts keep the KV cache
+            if cfg.share_prompts:
+                warnings.warn("gradient_checkpointing: share_prompts is turned off (the shared "
+                              "prompt's cache needs use_cache in train mode); set "
+                              "share_prompts: false to silence this", stacklevel=2)
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model.train()
         self.kl_coef = float(self.algo["kl_coef"] or 0.0)
         # The k3 reference: a frozen copy, or under LoRA the policy with its adapters off.
@@ -255,7 +267,16 @@ class Trainer:
             from arlgym.models import model_path
             from arlgym.policies.vllm import VLLMPolicy
 
-            policy = VLLMPolicy(str(model_path(self.cfg.model, seed=self.cfg.seed)))
+            acc = self.accelerator
+            set_launcher_env(acc.process_index, acc.local_process_index, acc.num_processes)
+            extra = {"max_model_len": self.cfg.vllm_max_model_len} if self.cfg.vllm_max_model_len else {}
+            # TRL's colocate recipe: the engine runs inside this rank's process ("external
+            # launcher"), so the in-process weight-loading route works without serialisation;
+            # one engine per rank, each seeded apart so ranks draw different samples.
+            policy = VLLMPolicy(str(model_path(self.cfg.model, seed=self.cfg.seed)),
+                                gpu_memory_utilization=self.cfg.vllm_gpu_memory_utilization,
+                                distributed_executor_backend="external_launcher",
+                                seed=self.cfg.seed + acc.process_index, **extra)
             self._push_weights(policy)
             return policy
         from arlgym.policies.hf import HFPolicy
@@ -336,13 +357,13 @@ class Trainer:
     def _logprobs(self, model: Any, sub: list[TokenSample], with_entropy: bool):
         return sample_logprobs(model, sub, self.tokenizer.pad_token_id, self.accelerator.device,
                                temperature=self.cfg.temperature, with_entropy=with_entropy,
-                               share_prompts=self.cfg.share_prompts)
+                               share_prompts=self.share_prompts)
 
     @torch.no_grad()
     def _fill_logprobs(self, samples: list[TokenSample], need_entropy: bool) -> None:
         model = self.accelerator.unwrap_model(self.model)
         for mb in _micro_batches(samples, list(range(len(samples))), self.cfg.micro_batch_tokens,
-                                 self.cfg.share_prompts):
+                                 self.share_prompts):
             sub = [samples[i] for i in mb]
             logp, ent, _ = self._logprobs(model, sub, need_entropy)
             ref = None
@@ -397,7 +418,7 @@ class Trainer:
                 tokens = sum(len(samples[i].response_ids) for i in chunk)
                 g_tokens = max(1.0, self._all_sum(tokens))
                 g_seqs = max(1.0, self._all_sum(len(chunk)))
-                micro = _micro_batches(samples, chunk, cfg.micro_batch_tokens, cfg.share_prompts) if chunk else []
+                micro = _micro_batches(samples, chunk, cfg.micro_batch_tokens, self.share_prompts) if chunk else []
                 n_micro = self._all_max(len(micro))
                 micro += [[]] * (n_micro - len(micro))
                 chunk_loss = {key: 0.0 for key in step_losses}
@@ -465,8 +486,10 @@ class Trainer:
             "env/episode_length": float(np.mean([t.length for t in rolled])) if rolled else 0.0,
             "env/format_valid_ratio": float(np.mean([s.format_valid for t in rolled for s in t.steps])) if rolled else 0.0,
             "env/action_valid_ratio": float(np.mean([s.action_valid for t in rolled for s in t.steps])) if rolled else 0.0,
+            "env/turns": float(sum(t.length for t in rolled)),  # responses sampled, kept or not (per rank)
         }
         metrics.update(env)
+        metrics.update(rollout_mismatch_metrics(samples))
         metrics.update({k: float(v) for k, v in fmetrics.items()})
         if len(adv):
             metrics.update({k: float(v) for k, v in advantage_metrics(adv).items()})

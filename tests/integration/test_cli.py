@@ -20,6 +20,16 @@ def test_play_expert_prints_success_table():
     assert row.split()[1:3] == ["20", "100.0%"]
 
 
+def test_random_baseline_is_reproducible_and_follows_seed():
+    def table(seed):
+        out = run("play", "arl/Sokoban-v0", "--policy", "random", "--episodes", "40", "--no-progress",
+                  "--seed", seed).stdout
+        return [line for line in out.splitlines() if line.startswith("overall")]
+
+    assert table("0") == table("0")
+    assert table("0") != table("5")  # other rooms and other moves: the steps column differs
+
+
 def test_eval_expert_random_and_resume(tmp_path):
     out = tmp_path / "expert.jsonl"
     first = run("eval", "--env", "arl/Sokoban-v0", "--policy", "expert", "--episodes", "50",

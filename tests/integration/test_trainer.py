@@ -36,6 +36,8 @@ def test_every_preset_runs_one_step(tmp_path, algo):
                 "is/out_low_neg_adv_frac", "is/out_high_pos_adv_frac", "tokens_per_s"):
         assert key in m, key
     assert torch.isfinite(torch.tensor(m["loss"]))
+    # HF generate samples from the live model: its log-probs are the trainer's, up to rounding
+    assert m["rollout/logprob_abs_diff_max"] < 1e-3
     assert (tmp_path / "final" / "config.json").exists()
     logged = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert logged[0]["step"] == 1
@@ -121,3 +123,77 @@ def test_logged_loss_does_not_depend_on_micro_batching(tmp_path):
 def test_max_minutes_stops_early(tmp_path):
     _, history = _run(tmp_path, "--algo", "grpo", "--max_steps", "50", "--max_minutes", "0.0001")
     assert len(history) == 1
+
+
+# --- vLLM rollouts, through a CPU stand-in of vLLM's interface (tests/fakes/fake_vllm.py) ------
+@pytest.fixture(scope="module")
+def peaked_model(tmp_path_factory):
+    """The tiny model with large random weights: far from uniform outputs, so a change of
+    weights shows in the log-probs (the fresh tiny model is nearly uniform over its vocab)."""
+    from arlgym.models import load_model_and_tokenizer
+
+    model, tokenizer = load_model_and_tokenizer("tiny")
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.5 * torch.randn(p.shape, generator=gen))
+    path = tmp_path_factory.mktemp("peaked")
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return str(path)
+
+
+# AdamW decay alone moves every weight (the random policy's advantages are all 0): 2% a step
+_VLLM = ["--algo", "grpo", "--rollout_engine", "vllm", "--lr", "2e-2", "--weight_decay", "1.0"]
+
+
+def test_vllm_rollouts_sample_from_the_updated_weights(tmp_path, fake_vllm, peaked_model):
+    trainer, history = _run(tmp_path, *_VLLM, "--model", peaked_model, "--max_steps", "3",
+                            "--eval_steps", "3", "--eval_episodes", "2")
+    engine = fake_vllm.ENGINES[-1]
+    assert engine.engine_kwargs["distributed_executor_backend"] == "external_launcher"
+    assert engine.engine_kwargs["gpu_memory_utilization"] == 0.3
+    assert engine.engine_model.load_calls == 1 + 3  # at start, then after every update
+    live = trainer.accelerator.unwrap_model(trainer.model).state_dict()
+    for name, tensor in engine.engine_model.hf.state_dict().items():
+        assert torch.equal(tensor, live[name]), name
+    for m in history:  # the engine's log-probs are the trainer's own at every step
+        assert m["rollout/logprob_abs_diff_max"] < 1e-3, m["step"]
+    assert "eval/success_rate" in history[-1]
+
+
+def test_a_stale_engine_shows_in_the_rollout_logprob_gap(tmp_path, fake_vllm, peaked_model, monkeypatch):
+    """Negative control: without the sync the metric must light up from step 2 on."""
+    monkeypatch.setattr(Trainer, "_sync_rollout_weights", lambda self: None)
+    _, history = _run(tmp_path, *_VLLM, "--model", peaked_model, "--max_steps", "2")
+    assert history[0]["rollout/logprob_abs_diff_max"] < 1e-3
+    assert history[1]["rollout/logprob_abs_diff_mean"] > 1e-2
+
+
+def test_vllm_with_lora_syncs_merged_hf_named_weights(tmp_path, fake_vllm, peaked_model):
+    trainer, history = _run(tmp_path, *_VLLM, "--model", peaked_model, "--max_steps", "1",
+                            "--lora_r", "4")
+    engine = fake_vllm.ENGINES[-1]
+    assert engine.engine_model.load_calls == 2  # the stand-in rejects any non-HF (PEFT) name
+    assert history[0]["rollout/logprob_abs_diff_max"] < 1e-3
+
+
+def test_gradient_checkpointing_keeps_gradients_and_is_wired(tmp_path):
+    import copy
+
+    from arlgym.models import load_model_and_tokenizer
+
+    plain, _ = load_model_and_tokenizer("tiny")
+    ckpt = copy.deepcopy(plain)
+    ckpt.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    ids = torch.randint(0, plain.config.vocab_size, (3, 40), generator=torch.Generator().manual_seed(0))
+    for model in (plain, ckpt):
+        model.train()
+        logp = torch.log_softmax(model(ids).logits[:, :-1].float(), -1)
+        logp.gather(-1, ids[:, 1:, None]).mean().backward()
+    for (name, a), (_, b) in zip(plain.named_parameters(), ckpt.named_parameters(), strict=True):
+        assert a.grad is not None and torch.allclose(a.grad, b.grad, atol=1e-6, rtol=1e-5), name
+
+    trainer, history = _run(tmp_path, "--algo", "grpo", "--max_steps", "1", "--gradient_checkpointing", "true")
+    assert trainer.accelerator.unwrap_model(trainer.model).is_gradient_checkpointing
+    assert history[0]["samples"] > 0 and history[0]["rollout/logprob_abs_diff_max"] < 1e-3
