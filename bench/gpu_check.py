@@ -17,8 +17,9 @@ Sections (each timed; a failure is recorded and the next section still runs; res
 3. ``vllm_trainer`` (vllm installed) — 3 SAMPO steps with ``rollout_engine: vllm``: the
    per-step ``rollout/logprob_abs_diff_*`` shows every weight sync landed.
 
-vLLM is not in the device image and its wheels exceed what a call can carry (64 MiB), so
-sections 2-3 report "skipped: vllm not installed" there unless a future image ships it.
+vLLM is not in the device image and cannot travel (the pinned vllm 0.33.0 wheel is 336.4 MB and
+needs a CUDA torch 2.14.0; a call carries 64 MiB), so sections 2-3 report "skipped: vllm not
+installed" there unless a future image ships it.
 """
 
 from __future__ import annotations

@@ -22,8 +22,9 @@ releases, so three routes are tried in order:
 
 Routes 2 and 3 may need ``VLLM_ALLOW_INSECURE_SERIALIZATION=1`` to ship the closure to worker
 processes and copy the tensors through the RPC; route 1 is zero-copy. The prefix cache is reset
-after a sync so no stale KV entries survive. None of this can run without a GPU; the unit test
-checks only the missing-dependency error.
+after a sync so no stale KV entries survive. The real engine needs a GPU; the unit tests run this
+class against a CPU stand-in with vLLM's interface (tests/fakes/fake_vllm.py), and
+bench/gpu_check.py is the check to run on a GPU.
 """
 
 from __future__ import annotations
