@@ -4,10 +4,12 @@
 2. behaviour-clone the ``tiny`` model on them, deliberately short (``--sft-steps``), so the
    starting policy is *weak* (20–60% greedy success) and RL has room to act;
 3. evaluate it greedily on ``--eval`` held-out rooms (the fixed test list);
-4. run SAMPO (or ``--algo``) from that checkpoint for at most ``--rl-minutes``, with a small
-   greedy eval every ``--eval-every`` steps for the curve;
-5. evaluate the final policy on the same held-out rooms and report the difference in units of
-   its standard error (two independent binomial proportions on the same rooms).
+4. run SAMPO (or ``--algo``) from that checkpoint for at most ``--rl-minutes``, with a greedy
+   eval on ``--val`` rooms of the *val* split every ``--eval-every`` steps, keeping the best
+   model (``rl/best/``): the choice never sees the test rooms;
+5. evaluate the final policy, and the best-on-val one, on the same held-out test rooms and
+   report each difference in units of its standard error (two independent binomial
+   proportions on the same rooms).
 
 Writes ``result.json`` and ``rl_curve.png`` under ``--out``; every stage is resumable: rerunning
 skips the stages whose outputs exist (delete the folder to start over).
@@ -36,6 +38,13 @@ def _greedy_eval(spec: str, episodes: int, out: Path) -> dict[str, Any]:
     return summary["overall"]
 
 
+def _difference(before: dict, after: dict) -> tuple[float, float, float]:
+    """after - before, its standard error and the ratio (z)."""
+    diff = after["success_rate"] - before["success_rate"]
+    se = math.sqrt(before["success_se"] ** 2 + after["success_se"] ** 2)
+    return diff, se, (diff / se if se > 0 else float("nan"))
+
+
 def _plot(log: list[dict[str, float]], before: dict, after: dict, path: Path) -> None:
     import matplotlib
 
@@ -49,7 +58,7 @@ def _plot(log: list[dict[str, float]], before: dict, after: dict, path: Path) ->
     ev = [h for h in log if "eval/success_rate" in h]
     if ev:
         ax.errorbar([h["step"] for h in ev], [h["eval/success_rate"] for h in ev],
-                    yerr=[h["eval/success_se"] for h in ev], marker="o", label="greedy eval (periodic)")
+                    yerr=[h["eval/success_se"] for h in ev], marker="o", label="greedy eval (val split)")
     last = steps[-1] if steps else 0
     for x, r, name in ((0, before, "SFT"), (last, after, "SFT+RL")):
         ax.errorbar([x], [r["success_rate"]], yerr=[r["success_se"]], fmt="s", color="k", capsize=4)
@@ -77,7 +86,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--num-tasks", type=int, default=16)
     ap.add_argument("--group-size", type=int, default=8)
     ap.add_argument("--eval", type=int, default=500, help="held-out rooms for before/after")
-    ap.add_argument("--eval-every", type=int, default=0, help="periodic eval every N steps (0: off)")
+    ap.add_argument("--eval-every", type=int, default=2,
+                    help="greedy eval on the val split every N steps, best model kept (0: off)")
+    ap.add_argument("--val", type=int, default=100, help="val-split rooms of the periodic eval")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--extra", nargs=argparse.REMAINDER, default=[],
                     help="further trainers/sampo.py flags, e.g. --extra --kl_coef 0")
@@ -124,7 +135,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "--num_tasks", str(args.num_tasks), "--group_size", str(args.group_size),
             "--lr", str(args.rl_lr), "--mini_batch_size", str(args.mini_batch_size),
             "--max_new_tokens", "24", "--log_with", "none",
-            "--eval_steps", str(args.eval_every), "--eval_episodes", "100",
+            "--eval_steps", str(args.eval_every), "--eval_episodes", str(args.val),
+            "--eval_split", "val", "--save_best", str(args.eval_every > 0).lower(),
             "--seed", str(args.seed), *args.extra])
         Trainer(cfg).train()
         timings["rl_s"] = time.perf_counter() - t
@@ -133,18 +145,25 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     after = _greedy_eval(f"hf:{final}", args.eval, out / "eval_rl.jsonl")
     timings["eval_after_s"] = time.perf_counter() - t
 
-    diff = after["success_rate"] - before["success_rate"]
-    se = math.sqrt(before["success_se"] ** 2 + after["success_se"] ** 2)
-    z = diff / se if se > 0 else float("nan")
+    diff, se, z = _difference(before, after)
+    best = None
+    if (rl_dir / "best" / "best.json").exists():
+        best = _greedy_eval(f"hf:{rl_dir / 'best'}", args.eval, out / "eval_best.jsonl")
+        best.update(json.loads((rl_dir / "best" / "best.json").read_text()))
+        best["difference"], best["difference_se"], best["z"] = _difference(before, best)
     _plot(log, before, after, out / "rl_curve.png")
     result = {"before": before, "after": after, "difference": diff, "difference_se": se, "z": z,
-              "rl_steps": len(log), "args": vars(args), "timings": timings,
+              "best_on_val": best, "rl_steps": len(log), "args": vars(args), "timings": timings,
               "rl_seconds": sum(h["time/step_s"] for h in log)}
     (out / "result.json").write_text(json.dumps(result, indent=2))
     print(f"\n{args.eval} held-out rooms, greedy: SFT {before['success_rate']:.1%} ± {before['success_se']:.1%}"
           f" -> SFT+{args.algo} {after['success_rate']:.1%} ± {after['success_se']:.1%}  "
           f"(diff {diff:+.1%}, {z:+.1f} SE) after {len(log)} RL steps "
           f"({result['rl_seconds'] / 60:.1f} min); format valid {after['format_valid_ratio']:.1%}")
+    if best is not None:
+        print(f"best on val (step {best['step']}, val {best['eval/success_rate']:.1%}): test "
+              f"{best['success_rate']:.1%} ± {best['success_se']:.1%} (diff {best['difference']:+.1%}, "
+              f"{best['z']:+.1f} SE)")
     print(f"curve: {out / 'rl_curve.png'}")
     return result
 

@@ -43,7 +43,11 @@ class TrainConfig:
     resume: bool = _f(False, "Continue from the newest checkpoint in output_dir.")
     save_steps: int = _f(0, "Checkpoint every N steps (0: only at the end).")
     eval_steps: int = _f(0, "Greedy eval on the fixed eval list every N steps (0: off).")
-    eval_episodes: int = _f(100, "Episodes of the periodic eval (test split task list).")
+    eval_episodes: int = _f(100, "Episodes of the periodic eval (the eval_split task list).")
+    eval_split: str = _f("test", "Task split of the periodic eval. Use a validation split (Sokoban: "
+                                 "val) with save_best, so the test rooms stay unseen by the choice.")
+    save_best: bool = _f(False, "Keep the model of the best periodic eval in output_dir/best/ "
+                                "(needs eval_steps > 0).")
     log_with: str = _f("tensorboard", "Accelerate tracker: tensorboard | wandb | trackio | none. "
                                       "A JSONL log is always written.")
     # ---------------------------------------------------------------- rollout
@@ -112,6 +116,9 @@ class TrainConfig:
             raise ConfigError("num_tasks and group_size must be >= 1")
         if self.rollout_engine not in ("auto", "hf", "vllm"):
             raise ConfigError(f"rollout_engine must be auto, hf or vllm, got {self.rollout_engine!r}")
+        if self.save_best and self.eval_steps <= 0:
+            raise ConfigError("save_best needs a periodic eval: set eval_steps > 0 (and eval_split "
+                              "to a validation split)")
         if not 0.0 < self.vllm_gpu_memory_utilization <= 1.0:
             raise ConfigError("vllm_gpu_memory_utilization must be in (0, 1], got "
                               f"{self.vllm_gpu_memory_utilization}")

@@ -518,7 +518,7 @@ class Trainer:
             policy = self.policy if self.engine == "vllm" else HFPolicy(
                 model, tokenizer=self.tokenizer, batch_size=self.cfg.generation_batch_size)
             summary, _ = evaluate(self.cfg.env_id, policy, episodes=self.cfg.eval_episodes,
-                                  split="test", batch_size=64, env_kwargs=self.cfg.env_kwargs,
+                                  split=self.cfg.eval_split, batch_size=64, env_kwargs=self.cfg.env_kwargs,
                                   sampling=SamplingParams(temperature=0.0, max_new_tokens=self.cfg.max_new_tokens),
                                   progress=False)
         finally:
@@ -541,6 +541,8 @@ class Trainer:
             if cfg.eval_steps and self.step % cfg.eval_steps == 0:
                 if acc.is_main_process:
                     metrics.update(self.evaluate())
+                    if cfg.save_best:
+                        self._keep_if_best(metrics["eval/success_rate"])
                 acc.wait_for_everyone()
             metrics["step"] = self.step
             history.append(metrics)
@@ -565,15 +567,40 @@ class Trainer:
         path = self.out / "final"
         self.accelerator.wait_for_everyone()
         if self.accelerator.is_main_process:
-            model = self.accelerator.unwrap_model(self.model)
-            if self.lora:  # a plain HF model that loads with hf:<dir>, plus the adapter alone
-                merged_copy(model).save_pretrained(path)
-                model.save_pretrained(path / "adapter")
-            else:
-                model.save_pretrained(path)
-            self.tokenizer.save_pretrained(path)
+            self._save_model(path)
         self.accelerator.wait_for_everyone()
         return path
+
+    def _save_model(self, path: Path) -> None:
+        """An HF model directory that loads with ``hf:<dir>`` (main process only)."""
+        model = self.accelerator.unwrap_model(self.model)
+        if self.lora:  # the merged model, plus the adapter alone
+            merged_copy(model).save_pretrained(path)
+            model.save_pretrained(path / "adapter")
+        else:
+            model.save_pretrained(path)
+        self.tokenizer.save_pretrained(path)
+
+    def _keep_if_best(self, score: float) -> None:
+        """Save the model to ``best/`` when ``score`` beats every earlier periodic eval.
+
+        The record lives in ``best/best.json``, so a resumed run keeps comparing against it.
+        Ties keep the earlier model. Written to a temporary folder and renamed, so a crash
+        never leaves a half-written ``best/``.
+        """
+        import shutil
+
+        best, record = self.out / "best", self.out / "best" / "best.json"
+        if record.exists() and json.loads(record.read_text())["eval/success_rate"] >= score:
+            return
+        tmp = self.out / "best.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        self._save_model(tmp)
+        (tmp / "best.json").write_text(json.dumps(
+            {"step": self.step, "eval/success_rate": score, "eval_split": self.cfg.eval_split,
+             "eval_episodes": self.cfg.eval_episodes}))
+        shutil.rmtree(best, ignore_errors=True)
+        tmp.rename(best)
 
 
 class _null:

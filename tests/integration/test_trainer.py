@@ -197,3 +197,37 @@ def test_gradient_checkpointing_keeps_gradients_and_is_wired(tmp_path):
     trainer, history = _run(tmp_path, "--algo", "grpo", "--max_steps", "1", "--gradient_checkpointing", "true")
     assert trainer.accelerator.unwrap_model(trainer.model).is_gradient_checkpointing
     assert history[0]["samples"] > 0 and history[0]["rollout/logprob_abs_diff_max"] < 1e-3
+
+
+def test_save_best_keeps_the_model_of_the_best_periodic_eval(tmp_path, monkeypatch):
+    scores, snapshots = iter([0.25, 0.5, 0.5, 0.375]), {}
+
+    def scripted_eval(self):  # the eval's verdicts are scripted; the saving is what is tested
+        assert self.cfg.eval_split == "val"
+        model = self.accelerator.unwrap_model(self.model)
+        snapshots[self.step] = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        return {"eval/success_rate": next(scores), "eval/success_se": 0.0, "eval/format_valid_ratio": 1.0}
+
+    monkeypatch.setattr(Trainer, "evaluate", scripted_eval)
+    _run(tmp_path, "--algo", "grpo", "--max_steps", "4", "--eval_steps", "1", "--save_best", "true",
+         "--eval_split", "val", "--weight_decay", "1.0")  # decay: every step changes the weights
+    record = json.loads((tmp_path / "best" / "best.json").read_text())
+    assert (record["step"], record["eval/success_rate"]) == (2, 0.5)  # the tie at step 3 keeps step 2
+    from safetensors.torch import load_file
+
+    best = load_file(str(tmp_path / "best" / "model.safetensors"))
+    for name, tensor in best.items():
+        assert torch.equal(tensor, snapshots[2][name]), name
+    assert not torch.equal(best["model.norm.weight"], snapshots[4]["model.norm.weight"])
+    assert not (tmp_path / "best.tmp").exists()
+
+
+def test_save_best_needs_a_periodic_eval(tmp_path):
+    with pytest.raises(ConfigError, match="eval_steps"):
+        parse_train_config([*TINY, "--output_dir", str(tmp_path), "--save_best", "true"])
+
+
+def test_periodic_eval_on_the_val_split(tmp_path):
+    _, history = _run(tmp_path, "--algo", "grpo", "--max_steps", "1", "--eval_steps", "1",
+                      "--eval_episodes", "3", "--eval_split", "val")
+    assert 0.0 <= history[0]["eval/success_rate"] <= 1.0 and "eval/success_se" in history[0]

@@ -35,11 +35,13 @@ from arlgym.errors import ConfigError, LevelFormatError, TaskNotFound, Unsolvabl
 __all__ = ["SokobanEnv", "SokobanVisionEnv", "SPLIT_SEED_RANGES"]
 
 #: Room-seed ranges per split; disjoint, so held-out rooms are never trained on.
+#: ``val`` is for choosing among checkpoints, so that the ``test`` rooms stay unseen by any choice.
 SPLIT_SEED_RANGES: dict[str, tuple[int, int]] = {
     "train": (0, 2**30),
     "test": (2**30, 2**31),
+    "val": (2**31, 2**31 + 2**30),
 }
-_SPLIT_ALIASES = {"eval": "test", "validation": "test", "val": "test"}
+_SPLIT_ALIASES = {"eval": "test", "validation": "val", "valid": "val"}
 
 REWARD_STEP = -0.1
 REWARD_BOX_ON_TARGET = 1.0

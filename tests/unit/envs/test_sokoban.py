@@ -79,6 +79,11 @@ def test_task_id_pins_a_room_and_splits_are_disjoint():
     assert max(seeds(train_ids)) < 2**30 <= min(seeds(test_ids))
     _, t_info = make().reset(seed=3, options={"split": "test"})
     assert int(t_info["task_id"].rsplit("-", 1)[1]) >= 2**30
+    val_ids = env.unwrapped.list_tasks("val", 30)  # for checkpoint choice: disjoint from test
+    assert max(seeds(test_ids)) < 2**31 <= min(seeds(val_ids))
+    assert env.unwrapped.list_tasks("validation", 3) == val_ids[:3]
+    val_room, _ = make().reset(options={"task_id": val_ids[0]})
+    assert val_room == make().reset(options={"task_id": val_ids[0]})[0]
     with pytest.raises(TaskNotFound):
         make().reset(options={"task_id": "7x7-1b-5"})
     with pytest.raises(ConfigError, match="unknown split"):
