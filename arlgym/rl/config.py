@@ -83,6 +83,11 @@ class TrainConfig:
     lora_alpha: float | None = _f(None, "LoRA alpha (None: 2 * lora_r).")
     lora_target_modules: str = _f("all-linear", "Modules that get adapters: all-linear or a "
                                                 "comma-separated list such as q_proj,v_proj.")
+    old_logprobs: str = _f("auto", "Where the PPO ratio's old log-probs come from: recompute (a "
+                                   "forward pass of the trainer, as verl) | rollout (the sampler's "
+                                   "own) | auto (rollout for HF generate, which samples from the "
+                                   "live fp32 model, so both agree to ~1e-6 and the pass is saved; "
+                                   "recompute for vLLM and for EMPG, which needs the entropies).")
     share_prompts: bool = _f(True, "Run a prompt that several turn samples share (every group's "
                                    "first turn) once, its keys/values reused by each member's "
                                    "response; same loss and gradients, less compute.")
@@ -114,6 +119,8 @@ class TrainConfig:
             raise ConfigError(f"max_minutes must be >= 0, got {self.max_minutes}")
         if self.num_tasks < 1 or self.group_size < 1:
             raise ConfigError("num_tasks and group_size must be >= 1")
+        if self.old_logprobs not in ("auto", "recompute", "rollout"):
+            raise ConfigError(f"old_logprobs must be auto, recompute or rollout, got {self.old_logprobs!r}")
         if self.rollout_engine not in ("auto", "hf", "vllm"):
             raise ConfigError(f"rollout_engine must be auto, hf or vllm, got {self.rollout_engine!r}")
         if self.save_best and self.eval_steps <= 0:

@@ -360,12 +360,38 @@ class Trainer:
                                share_prompts=self.share_prompts)
 
     @torch.no_grad()
-    def _fill_logprobs(self, samples: list[TokenSample], need_entropy: bool) -> None:
+    def _old_from_rollout(self, samples: list[TokenSample], need_entropy: bool) -> bool:
+        """Whether this step takes the old log-probs from the sampler (see ``old_logprobs``)."""
+        mode = self.cfg.old_logprobs
+        have = all(s.rollout_logprobs is not None and len(s.rollout_logprobs) == len(s.response_ids)
+                   for s in samples)
+        if mode == "rollout":
+            if not have:
+                raise ConfigError("old_logprobs rollout: the rollout policy returned no log-probs "
+                                  "for some turns; use old_logprobs recompute")
+            if need_entropy:
+                raise ConfigError("old_logprobs rollout: EMPG needs the entropies of a trainer "
+                                  "forward pass; use old_logprobs recompute (or auto)")
+            return True
+        return mode == "auto" and self.engine == "hf" and have and not need_entropy
+
+    @torch.no_grad()
+    def _fill_logprobs(self, samples: list[TokenSample], need_entropy: bool) -> bool:
+        """Old (and reference) log-probs for every sample; returns whether the old ones were
+        recomputed (False: taken from the sampler, nothing to compare them with)."""
         model = self.accelerator.unwrap_model(self.model)
+        from_rollout = self._old_from_rollout(samples, need_entropy)
+        if from_rollout:
+            for s in samples:
+                s.old_logprobs = torch.tensor(s.rollout_logprobs, dtype=torch.float32)
+            if not self.use_ref:
+                return False
         for mb in _micro_batches(samples, list(range(len(samples))), self.cfg.micro_batch_tokens,
                                  self.share_prompts):
             sub = [samples[i] for i in mb]
-            logp, ent, _ = self._logprobs(model, sub, need_entropy)
+            logp, ent = None, None
+            if not from_rollout:
+                logp, ent, _ = self._logprobs(model, sub, need_entropy)
             ref = None
             if self.ref_model is not None:
                 ref, _, _ = self._logprobs(self.ref_model, sub, False)
@@ -374,11 +400,13 @@ class Trainer:
                     ref, _, _ = self._logprobs(model, sub, False)
             for row, i in enumerate(mb):
                 n = len(samples[i].response_ids)
-                samples[i].old_logprobs = logp[row, :n].cpu()
+                if logp is not None:
+                    samples[i].old_logprobs = logp[row, :n].cpu()
                 if ref is not None:
                     samples[i].ref_logprobs = ref[row, :n].cpu()
                 if ent is not None:
                     samples[i].entropy = float(ent[row, :n].mean()) if n else 0.0
+        return not from_rollout
 
     def _all_max(self, value: int) -> int:
         t = torch.tensor([value], device=self.accelerator.device)
@@ -472,7 +500,7 @@ class Trainer:
         samples = token_samples(trajs)
         adv_kw = advantage_kwargs(self.algo)
         adv_name = adv_kw.pop("name")
-        self._fill_logprobs(samples, need_entropy=(adv_name == "empg"))
+        recomputed = self._fill_logprobs(samples, need_entropy=(adv_name == "empg"))
         adv = compute_advantages(adv_name, samples, **adv_kw) if samples else torch.zeros(0)
         t1 = time.perf_counter()
         metrics = self._update(samples, adv)
@@ -489,7 +517,8 @@ class Trainer:
             "env/turns": float(sum(t.length for t in rolled)),  # responses sampled, kept or not (per rank)
         }
         metrics.update(env)
-        metrics.update(rollout_mismatch_metrics(samples))
+        if recomputed:
+            metrics.update(rollout_mismatch_metrics(samples))
         metrics.update({k: float(v) for k, v in fmetrics.items()})
         if len(adv):
             metrics.update({k: float(v) for k, v in advantage_metrics(adv).items()})

@@ -36,8 +36,9 @@ def test_every_preset_runs_one_step(tmp_path, algo):
                 "is/out_low_neg_adv_frac", "is/out_high_pos_adv_frac", "tokens_per_s"):
         assert key in m, key
     assert torch.isfinite(torch.tensor(m["loss"]))
-    # HF generate samples from the live model: its log-probs are the trainer's, up to rounding
-    assert m["rollout/logprob_abs_diff_max"] < 1e-3
+    # one on-policy update: whichever way the old log-probs were obtained (the sampler's own by
+    # default with HF generate, a forward pass for EMPG), the ratio starts at 1
+    assert 1 - 1e-4 < m["is/ratio_min"] <= m["is/ratio_max"] < 1 + 1e-4
     assert (tmp_path / "final" / "config.json").exists()
     logged = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert logged[0]["step"] == 1
@@ -196,7 +197,7 @@ def test_gradient_checkpointing_keeps_gradients_and_is_wired(tmp_path):
 
     trainer, history = _run(tmp_path, "--algo", "grpo", "--max_steps", "1", "--gradient_checkpointing", "true")
     assert trainer.accelerator.unwrap_model(trainer.model).is_gradient_checkpointing
-    assert history[0]["samples"] > 0 and history[0]["rollout/logprob_abs_diff_max"] < 1e-3
+    assert history[0]["samples"] > 0 and 1 - 1e-4 < history[0]["is/ratio_min"]
 
 
 def test_save_best_keeps_the_model_of_the_best_periodic_eval(tmp_path, monkeypatch):
@@ -231,3 +232,37 @@ def test_periodic_eval_on_the_val_split(tmp_path):
     _, history = _run(tmp_path, "--algo", "grpo", "--max_steps", "1", "--eval_steps", "1",
                       "--eval_episodes", "3", "--eval_split", "val")
     assert 0.0 <= history[0]["eval/success_rate"] <= 1.0 and "eval/success_se" in history[0]
+
+
+def test_tensorboard_tracker_gets_every_step(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    cfg = parse_train_config([*TINY[:-2], "--log_with", "tensorboard", "--output_dir", str(tmp_path),
+                              "--algo", "grpo", "--max_steps", "2"])
+    Trainer(cfg).train()
+    run_dir = tmp_path / "logs" / "arlgym"  # scalars here; the hparams go to a subfolder
+    assert list(run_dir.glob("events.out.tfevents.*")), list(tmp_path.rglob("*"))
+    acc = EventAccumulator(str(run_dir))
+    acc.Reload()
+    tags = set(acc.Tags()["scalars"])
+    assert {"env/success_rate", "is/out_low_neg_adv_frac", "kl"} <= tags
+    assert [e.step for e in acc.Scalars("env/success_rate")] == [1, 2]
+
+
+def test_old_logprobs_sources(tmp_path, monkeypatch):
+    """auto + HF generate takes the sampler's log-probs (no old-log-prob forward pass); recompute
+    runs the pass and logs the sampler/trainer gap, which for HF generate is rounding."""
+    calls = []
+    real = Trainer._logprobs
+    monkeypatch.setattr(Trainer, "_logprobs", lambda self, model, sub, ent: calls.append(ent) or real(self, model, sub, ent))
+    _, auto = _run(tmp_path / "auto", "--algo", "grpo", "--max_steps", "1", "--kl_coef", "0")
+    assert "rollout/logprob_abs_diff_max" not in auto[0]
+    assert calls and all(calls)  # only the training forward passes (with entropy) ran
+    calls.clear()
+    _, rec = _run(tmp_path / "rec", "--algo", "grpo", "--max_steps", "1", "--kl_coef", "0",
+                  "--old_logprobs", "recompute")
+    assert not all(calls)  # an old-log-prob pass (no entropy) ran as well
+    assert rec[0]["rollout/logprob_abs_diff_max"] < 1e-3
+    assert rec[0]["samples"] == auto[0]["samples"] and rec[0]["is/ratio_max"] == pytest.approx(1.0, abs=1e-4)
+    with pytest.raises(ConfigError, match="EMPG"):
+        _run(tmp_path / "empg", "--algo", "empg", "--max_steps", "1", "--old_logprobs", "rollout")

@@ -6,7 +6,7 @@ that still costs the step penalty, as in ARLArena. ``score`` is the fraction of 
 targets; the anchor hashes walls, targets, boxes and the player cell.
 
 Tasks: ``reset(seed=s)`` draws a room seed from the env's RNG in the split's seed range
-(``train`` and ``test`` ranges are disjoint) and generates the room from that seed, so a task
+(``train``, ``test`` and ``val`` ranges are disjoint) and generates the room from that seed, so a task
 id such as ``"6x6-1b-123"`` names one room forever: ``reset(options={"task_id": ...})``
 regenerates it. ``reset(options={"level": xsb})`` plays a given XSB level, and
 ``levels=<file or list>`` makes the env draw from a level collection (e.g. Boxoban files).
