@@ -31,6 +31,24 @@ class TokenizedSample:
     response_ids: list[int]
 
 
+#: how far past the time budget a run may go: a run whose epochs fit within budget × (1 + slack)
+#: keeps its full step count and schedule, so it does not depend on the machine's pace
+BUDGET_SLACK = 0.1
+
+
+def budget_horizon(step: int, elapsed_s: float, budget_s: float, total: int, current: int) -> int:
+    """The cosine horizon (in steps) after ``step`` steps took ``elapsed_s``.
+
+    Unchanged while the projected end of ``current`` stays within the budget plus
+    :data:`BUDGET_SLACK` — so a run that fits is bit-for-bit reproducible, its schedule never
+    nudged by timing noise; otherwise shrunk to the steps the budget allows at this pace.
+    """
+    per_step = elapsed_s / max(1, step)
+    if per_step * current <= budget_s * (1 + BUDGET_SLACK):
+        return current
+    return max(step + 1, min(total, int(budget_s / per_step)))
+
+
 def tokenize_samples(samples: list[dict[str, Any]], tokenizer: Any) -> list[TokenizedSample]:
     """Split each chat sample into prompt ids (with the generation prompt) and response ids
     (the assistant turn's tokens, end-of-turn included), exactly as the chat template renders
@@ -128,9 +146,9 @@ def train_prefix_sft(cfg: Any, samples: list[dict[str, Any]]) -> dict[str, Any]:
     steps_per_epoch = math.ceil(len(data) / cfg.batch_size)
     total = cfg.max_steps if cfg.max_steps > 0 else math.ceil(cfg.epochs * steps_per_epoch)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    # With a time budget the number of steps is not known in advance: after a few steps the
-    # horizon is re-estimated from the measured step time, so the cosine decay ends when the
-    # budget does instead of being cut off half way.
+    # With a time budget the number of steps may not fit: from step 50 on the horizon is
+    # re-estimated from the measured pace (see budget_horizon), so the cosine decay ends when
+    # the budget does instead of being cut off half way.
     horizon = {"total": total}
     warm = max(1, int(cfg.warmup_ratio * total))
 
@@ -167,10 +185,10 @@ def train_prefix_sft(cfg: Any, samples: list[dict[str, Any]]) -> dict[str, Any]:
             sched.step()
             opt.zero_grad(set_to_none=True)
             step += 1
-            if cfg.time_budget_minutes and (step == 10 or step % 50 == 0):
+            if cfg.time_budget_minutes and step % 50 == 0:
                 # re-estimated as it goes: step time drifts with sequence lengths and load
-                per_step = (time.perf_counter() - started) / step
-                horizon["total"] = max(step + 1, min(total, int(cfg.time_budget_minutes * 60 / per_step)))
+                horizon["total"] = budget_horizon(step, time.perf_counter() - started,
+                                                  cfg.time_budget_minutes * 60, total, horizon["total"])
             running += float(loss.detach())
             if step % cfg.logging_steps == 0 or step == total:
                 n = cfg.logging_steps if step % cfg.logging_steps == 0 else step % cfg.logging_steps
@@ -179,8 +197,8 @@ def train_prefix_sft(cfg: Any, samples: list[dict[str, Any]]) -> dict[str, Any]:
                 bar.set_postfix(loss=f"{running / n:.3f}")
                 running = 0.0
             bar.update(1)
-            if step >= total or (cfg.time_budget_minutes and
-                                 time.perf_counter() - started > cfg.time_budget_minutes * 60):
+            if step >= total or (cfg.time_budget_minutes and time.perf_counter() - started
+                                 > cfg.time_budget_minutes * 60 * (1 + BUDGET_SLACK)):
                 stop = True
                 break
     bar.close()

@@ -195,7 +195,9 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lr-scheduler", default=d.lr_scheduler, help="HF scheduler name (default: cosine)")
     p.add_argument("--max-steps", type=int, default=d.max_steps, help="stop after this many steps (-1: off)")
     p.add_argument("--time-budget-minutes", type=float, default=None,
-                   help="stop (and save) once this much wall-clock time has passed")
+                   help="stop (and save) once this much wall-clock time has passed; the prefix "
+                        "engine fits its cosine schedule to it, and a run whose steps fit within "
+                        "the budget + 10%% keeps its full schedule (reproducible)")
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--logging-steps", type=int, default=d.logging_steps)
     p.add_argument("--save-steps", type=int, default=d.save_steps, help="checkpoint every N steps (0: only at the end)")

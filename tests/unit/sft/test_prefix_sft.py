@@ -50,3 +50,17 @@ def test_prefix_engine_trains_and_saves(tmp_path):
     assert stats["steps"] == 8 and losses[-1] < losses[0] and stats["shared_prefix_tokens"] >= 2
     model, _ = load_model_and_tokenizer(str(out))
     assert model.config.model_type == "qwen3"
+
+
+def test_budget_horizon_keeps_a_run_that_fits_and_shrinks_one_that_does_not():
+    from arlgym.sft.prefix_sft import budget_horizon
+
+    # 50 steps in 28 s = 0.56 s/step; 615 steps -> 344 s, inside a 360 s budget: unchanged
+    assert budget_horizon(50, 28.0, 360.0, 615, 615) == 615
+    # 0.63 s/step -> 387 s: over the budget but within its 10% slack (396 s): still unchanged,
+    # so timing noise near the edge never nudges the schedule
+    assert budget_horizon(50, 31.5, 360.0, 615, 615) == 615
+    # 1 s/step -> 615 s, far over: shrunk to what 360 s allow
+    assert budget_horizon(50, 50.0, 360.0, 615, 615) == 360
+    # never below the steps already done
+    assert budget_horizon(400, 4000.0, 360.0, 615, 615) == 401
