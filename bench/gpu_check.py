@@ -87,7 +87,8 @@ def bf16_step(work: Path, smoke: bool) -> dict[str, Any]:
     steps = 1 if smoke else 3
     extra = ["--num_tasks", "2" if smoke else "8", "--group_size", "2" if smoke else "8",
              "--max_new_tokens", "16" if smoke else "64", "--lr", "1e-6",
-             "--gradient_checkpointing", "true", "--env_kwargs", '{"max_steps": 3}']
+             "--gradient_checkpointing", "true", "--env_kwargs", '{"max_steps": 3}',
+             "--old_logprobs", "recompute"]  # to measure the sampler/trainer gap under bf16
     engine = "vllm" if _has_vllm() and not smoke else "hf"
     t = time.perf_counter()
     try:

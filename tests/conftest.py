@@ -21,6 +21,14 @@ def fake_vllm(monkeypatch):
     module = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, "vllm", module)  # before exec: its dataclasses look it up
     spec.loader.exec_module(module)
-    for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
-        monkeypatch.delenv(key, raising=False)
-    return module
+    # The trainer sets these for vLLM's launcher. Restore them by hand: monkeypatch.delenv of an
+    # absent variable records nothing, and a leaked LOCAL_RANK makes later subprocesses think
+    # they are ranks of a distributed job.
+    keys = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+    saved = {key: os.environ.pop(key, None) for key in keys}
+    yield module
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
