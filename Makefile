@@ -45,6 +45,7 @@ bench: install-dev
 	$(PY) bench/bench_sft.py
 	$(PY) bench/bench_trl_grpo.py
 	$(PY) bench/bench_shared_prompt.py
+	$(PY) bench/bench_old_logprobs.py
 
 lint: install-dev
 	$(VENV)/bin/ruff check arlgym tests bench
