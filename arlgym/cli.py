@@ -167,7 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--episodes", type=int, default=None, help="expert episodes (default: 2000)")
     p.add_argument("--sft-minutes", type=float, default=None, help="SFT time budget in minutes (default: 6)")
     p.add_argument("--eval-episodes", type=int, default=None, help="held-out rooms (default: 100)")
-    p.add_argument("--rl-steps", type=int, default=None, help="SAMPO steps (default: 4)")
+    p.add_argument("--rl-steps", type=int, default=None, help="SAMPO steps (default: 6)")
     p.add_argument("--threads", type=int, default=None,
                    help="torch CPU threads (default: 1; the tiny model's matrices gain little "
                         "from more, and on a busy machine extra threads stall each other; "

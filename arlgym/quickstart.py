@@ -32,8 +32,8 @@ class QuickstartConfig:
     #: rollout temperature of the RL phase (log-probs are computed at the same temperature, so
     #: the policy being optimised is exactly the one sampled). Not Table 6's 1.0: at T=1 the
     #: 0.8M-parameter SFT policy puts ~0.25% of each token's mass on stray tokens and 4.3% of its
-    #: responses come out malformed (measured on 200 rooms); at 0.8 it is 0.65%, with success
-    #: sampled success 66% (T=1: 61%, greedy: 74%), so it still explores.
+    #: responses come out malformed (measured on 200 rooms); at 0.8 it is 0.65%, and sampled
+    #: success is 66% (T=1: 61%, greedy: 74%), so it still explores.
     rl_temperature: float = 0.8
     seed: int = 0
     #: torch CPU threads (0: torch's default). One thread: the tiny model's matrices are too

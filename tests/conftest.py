@@ -32,3 +32,41 @@ def fake_vllm(monkeypatch):
             os.environ.pop(key, None)
         else:
             os.environ[key] = value
+
+
+def forward_logprobs(model, completion, temperature: float = 1.0):
+    """log π(token) of a Completion's response by one forward pass over prompt + response (the
+    independent oracle the policy tests compare sampler log-probs with)."""
+    import torch
+
+    ids = torch.tensor([completion.prompt_token_ids + completion.response_token_ids])
+    with torch.no_grad():
+        logits = model(ids).logits[0].float()
+    start = len(completion.prompt_token_ids)
+    step_logits = logits[start - 1 : -1] / temperature  # logits that predicted each response token
+    targets = torch.tensor(completion.response_token_ids)[:, None]
+    return torch.log_softmax(step_logits, dim=-1).gather(-1, targets)[:, 0]
+
+
+@pytest.fixture(name="forward_logprobs")
+def _forward_logprobs_fixture():
+    return forward_logprobs
+
+
+@pytest.fixture(scope="session")
+def peaked_model(tmp_path_factory):
+    """The tiny model with large random weights, saved to disk: far from uniform outputs, so a
+    change of weights shows in the log-probs (the fresh tiny model is nearly uniform)."""
+    import torch
+
+    from arlgym.models import load_model_and_tokenizer
+
+    model, tokenizer = load_model_and_tokenizer("tiny")
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.5 * torch.randn(p.shape, generator=gen))
+    path = tmp_path_factory.mktemp("peaked")
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return str(path)

@@ -206,6 +206,9 @@ class Trainer:
                 f"num_tasks={cfg.num_tasks} must be a multiple of the number of processes "
                 f"({acc.num_processes}) so that whole groups stay on one rank"
             )
+        if cfg.old_logprobs == "rollout" and advantage_kwargs(self.algo)["name"] == "empg":
+            raise ConfigError("old_logprobs rollout: EMPG needs the entropies of a trainer forward "
+                              "pass; use old_logprobs recompute (or auto)")
         self.local_tasks = cfg.num_tasks // acc.num_processes
         self.engine = cfg.rollout_engine
         if self.engine == "auto":
@@ -359,7 +362,6 @@ class Trainer:
                                temperature=self.cfg.temperature, with_entropy=with_entropy,
                                share_prompts=self.share_prompts)
 
-    @torch.no_grad()
     def _old_from_rollout(self, samples: list[TokenSample], need_entropy: bool) -> bool:
         """Whether this step takes the old log-probs from the sampler (see ``old_logprobs``)."""
         mode = self.cfg.old_logprobs
@@ -369,9 +371,6 @@ class Trainer:
             if not have:
                 raise ConfigError("old_logprobs rollout: the rollout policy returned no log-probs "
                                   "for some turns; use old_logprobs recompute")
-            if need_entropy:
-                raise ConfigError("old_logprobs rollout: EMPG needs the entropies of a trainer "
-                                  "forward pass; use old_logprobs recompute (or auto)")
             return True
         return mode == "auto" and self.engine == "hf" and have and not need_entropy
 

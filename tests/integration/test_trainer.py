@@ -127,23 +127,6 @@ def test_max_minutes_stops_early(tmp_path):
 
 
 # --- vLLM rollouts, through a CPU stand-in of vLLM's interface (tests/fakes/fake_vllm.py) ------
-@pytest.fixture(scope="module")
-def peaked_model(tmp_path_factory):
-    """The tiny model with large random weights: far from uniform outputs, so a change of
-    weights shows in the log-probs (the fresh tiny model is nearly uniform over its vocab)."""
-    from arlgym.models import load_model_and_tokenizer
-
-    model, tokenizer = load_model_and_tokenizer("tiny")
-    gen = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(0.5 * torch.randn(p.shape, generator=gen))
-    path = tmp_path_factory.mktemp("peaked")
-    model.save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return str(path)
-
-
 # AdamW decay alone moves every weight (the random policy's advantages are all 0): 2% a step
 _VLLM = ["--algo", "grpo", "--rollout_engine", "vllm", "--lr", "2e-2", "--weight_decay", "1.0"]
 

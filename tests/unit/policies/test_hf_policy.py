@@ -12,7 +12,7 @@ import pytest
 
 import arlgym  # noqa: F401
 from arlgym.errors import ConfigError, MissingDependency
-from arlgym.policies import Completion, SamplingParams, make_policy
+from arlgym.policies import SamplingParams, make_policy
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -36,25 +36,14 @@ def prompts() -> list[str]:
     return out + [prompt]
 
 
-def _recomputed_logprobs(model, completion: Completion, temperature: float = 1.0) -> torch.Tensor:
-    """log π(token) by one forward pass over prompt + response (what the trainer does)."""
-    ids = torch.tensor([completion.prompt_token_ids + completion.response_token_ids])
-    with torch.no_grad():
-        logits = model(ids).logits[0].float()
-    start = len(completion.prompt_token_ids)
-    step_logits = logits[start - 1 : -1] / temperature  # logits that predicted each response token
-    targets = torch.tensor(completion.response_token_ids)[:, None]
-    return torch.log_softmax(step_logits, dim=-1).gather(-1, targets)[:, 0]
-
-
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
-def test_logprobs_match_a_forward_pass(tiny_policy, prompts, temperature):
+def test_logprobs_match_a_forward_pass(tiny_policy, prompts, temperature, forward_logprobs):
     sampling = SamplingParams(temperature=temperature, max_new_tokens=20, seed=7)
     completions = tiny_policy.generate(prompts, sampling)
     assert len(completions) == len(prompts)
     for completion in completions:
         assert len(completion.logprobs) == len(completion.response_token_ids) > 0
-        expected = _recomputed_logprobs(tiny_policy.model, completion, temperature)
+        expected = forward_logprobs(tiny_policy.model, completion, temperature)
         torch.testing.assert_close(torch.tensor(completion.logprobs), expected,
                                    atol=1e-4, rtol=0)
 
@@ -80,14 +69,14 @@ def test_seeded_sampling_is_deterministic_and_leaves_global_rng(tiny_policy, pro
     assert [x.response_token_ids for x in a] != [x.response_token_ids for x in c]
 
 
-def test_greedy_is_deterministic_and_batch_equals_single(tiny_policy, prompts):
+def test_greedy_is_deterministic_and_batch_equals_single(tiny_policy, prompts, forward_logprobs):
     greedy = SamplingParams(temperature=0.0, max_new_tokens=12)
     batched = tiny_policy.generate(prompts, greedy)
     again = tiny_policy.generate(prompts, greedy)
     single = [tiny_policy.generate([p], greedy)[0] for p in prompts]
     assert [c.text for c in batched] == [c.text for c in again] == [c.text for c in single]
     for completion in batched:  # greedy log-probs are under the raw model (T = 1)
-        expected = _recomputed_logprobs(tiny_policy.model, completion)
+        expected = forward_logprobs(tiny_policy.model, completion)
         torch.testing.assert_close(torch.tensor(completion.logprobs), expected,
                                    atol=1e-4, rtol=0)
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import arlgym  # noqa: F401
-from arlgym.models import load_model_and_tokenizer, model_path
+from arlgym.models import load_model_and_tokenizer
 from arlgym.policies import SamplingParams
 from arlgym.policies.hf import chat_prompt_ids
 
@@ -23,27 +23,15 @@ def prompts() -> list[str]:
     return [env.reset(seed=seed)[0] for seed in range(3)]
 
 
-def _forward_logprobs(model, completion, temperature: float) -> torch.Tensor:
-    ids = torch.tensor([completion.prompt_token_ids + completion.response_token_ids])
-    with torch.no_grad():
-        logits = model(ids).logits[0].float()
-    start = len(completion.prompt_token_ids)
-    logp = torch.log_softmax(logits[start - 1 : -1] / temperature, dim=-1)
-    return logp.gather(-1, torch.tensor(completion.response_token_ids)[:, None])[:, 0]
-
-
 def _policy(fake_vllm, **kw):
     from arlgym.policies.vllm import VLLMPolicy
 
     return VLLMPolicy("tiny", **kw)
 
 
-def _perturbed_tiny():
-    model, _ = load_model_and_tokenizer(str(model_path("tiny")))
-    gen = torch.Generator().manual_seed(3)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(0.5 * torch.randn(p.shape, generator=gen))
+def _perturbed_tiny(path: str):
+    """A model with other weights than the engine's fresh tiny one (conftest's peaked_model)."""
+    model, _ = load_model_and_tokenizer(path)
     return model.eval()
 
 
@@ -55,7 +43,7 @@ def test_engine_is_built_with_processed_logprobs_and_caller_kwargs(fake_vllm):
     assert policy.name == "vllm:tiny"
 
 
-def test_generate_reads_tokens_and_logprobs_back(fake_vllm, prompts):
+def test_generate_reads_tokens_and_logprobs_back(fake_vllm, prompts, forward_logprobs):
     policy = _policy(fake_vllm)
     sampling = SamplingParams(temperature=0.7, max_new_tokens=8, seed=11)
     completions = policy.generate(prompts + prompts[:1], sampling)
@@ -64,7 +52,7 @@ def test_generate_reads_tokens_and_logprobs_back(fake_vllm, prompts):
         assert c.prompt_token_ids == chat_prompt_ids(policy.tokenizer, prompt)
         assert 0 < len(c.response_token_ids) == len(c.logprobs) <= 8
         assert c.finish_reason in ("stop", "length")
-        torch.testing.assert_close(torch.tensor(c.logprobs), _forward_logprobs(engine_model, c, 0.7),
+        torch.testing.assert_close(torch.tensor(c.logprobs), forward_logprobs(engine_model, c, 0.7),
                                    atol=1e-4, rtol=0)
     # request i is seeded seed + i: the repeated prompt (index 3) is not a copy of index 0
     assert completions[3].response_token_ids != completions[0].response_token_ids
@@ -81,14 +69,15 @@ def test_sampling_params_translation(fake_vllm):
 
 
 @pytest.mark.parametrize("engine", ["LLM", "ApplyModelLLM", "RpcLLM"])
-def test_weight_sync_routes_make_the_engine_sample_from_the_new_weights(fake_vllm, monkeypatch, prompts, engine):
+def test_weight_sync_routes_make_the_engine_sample_from_the_new_weights(fake_vllm, monkeypatch, prompts, engine,
+                                                                          forward_logprobs, peaked_model):
     monkeypatch.setattr(fake_vllm, "LLM", getattr(fake_vllm, engine))
     policy = _policy(fake_vllm)
     llm = fake_vllm.ENGINES[-1]
-    trained = _perturbed_tiny()
+    trained = _perturbed_tiny(peaked_model)
     sampling = SamplingParams(temperature=1.0, max_new_tokens=6, seed=0)
     before = policy.generate(prompts[:1], sampling)[0]
-    stale_gap = (torch.tensor(before.logprobs) - _forward_logprobs(trained, before, 1.0)).abs().max()
+    stale_gap = (torch.tensor(before.logprobs) - forward_logprobs(trained, before, 1.0)).abs().max()
     assert stale_gap > 1e-2  # the engine really held other weights
 
     policy.load_weights(trained)
@@ -97,13 +86,13 @@ def test_weight_sync_routes_make_the_engine_sample_from_the_new_weights(fake_vll
     for name, tensor in trained.state_dict().items():
         torch.testing.assert_close(llm.engine_model.hf.state_dict()[name], tensor, atol=0, rtol=0)
     after = policy.generate(prompts[:1], sampling)[0]
-    torch.testing.assert_close(torch.tensor(after.logprobs), _forward_logprobs(trained, after, 1.0),
+    torch.testing.assert_close(torch.tensor(after.logprobs), forward_logprobs(trained, after, 1.0),
                                atol=1e-4, rtol=0)
 
 
-def test_weight_sync_with_foreign_names_fails_loudly(fake_vllm):
+def test_weight_sync_with_foreign_names_fails_loudly(fake_vllm, peaked_model):
     """Names must be the HF model's own (a PEFT-wrapped state dict must be merged first)."""
     policy = _policy(fake_vllm)
-    trained = _perturbed_tiny()
+    trained = _perturbed_tiny(peaked_model)
     with pytest.raises(KeyError, match="base_model.model"):
         policy.sync_weights((f"base_model.model.{k}", v) for k, v in trained.state_dict().items())
