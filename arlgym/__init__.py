@@ -33,6 +33,7 @@ ENV_IDS: dict[str, tuple[str, dict]] = {
     "arl/Sokoban-v0": ("arlgym.envs.sokoban.env:SokobanEnv", {}),
     "arl/SokobanVision-v0": ("arlgym.envs.sokoban.env:SokobanVisionEnv", {}),
     "arl/ALFWorld-v0": ("arlgym.envs.alfworld.env:ALFWorldEnv", {}),
+    "arl/TIRMath-v0": ("arlgym.envs.tir_math.env:TIRMathEnv", {}),
 }
 
 

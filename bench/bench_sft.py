@@ -29,6 +29,7 @@ if __name__ == "__main__":
     ap.add_argument("--eval", type=int, default=200)
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--seed", type=int, default=0, help="seeds the expert rooms, model init and batch order")
     ap.add_argument("--out", default="runs/bench_sft")
     ap.add_argument("--threads", type=int, default=1,
                     help="torch CPU threads (0: torch's default; 1 is as fast for the tiny model "
@@ -40,12 +41,12 @@ if __name__ == "__main__":
         torch.set_num_threads(args.threads)
     out = Path(args.out)
     t = time.perf_counter()
-    data = collect_sft(CollectConfig(episodes=args.episodes, batch_tasks=64), out / "data", progress=False)
+    data = collect_sft(CollectConfig(episodes=args.episodes, seed=args.seed, batch_tasks=64), out / "data", progress=False)
     print(f"collected {data['samples']} samples from {data['episodes']} expert episodes in {time.perf_counter() - t:.1f} s")
     stats = train_sft(SFTRunConfig(data=(str(out / "data"),), output_dir=str(out / "model"),
                                    engine=args.engine, epochs=args.epochs, lr=args.lr,
                                    batch_size=args.batch_size,
-                                   time_budget_minutes=args.minutes, logging_steps=20))
+                                   time_budget_minutes=args.minutes, seed=args.seed, logging_steps=20))
     tokens = stats.get("mean_tokens_per_sample", float("nan")) * stats["steps"] * args.batch_size
     print(f"SFT ({args.engine}): {stats['steps']} steps, {stats['epochs_done']:.2f} epochs in "
           f"{stats['seconds'] / 60:.1f} min, final loss {stats['train_loss']:.4f}, "

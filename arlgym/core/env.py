@@ -122,6 +122,11 @@ class AgentEnv(gym.Env[Any, str]):
         ``_prompt(history) -> str``: the full prompt for the current turn.
         ``_noop_result(feedback) -> ActResult`` (optional): what a no-op step yields.
         ``_observation(prompt) -> obs`` (optional): wrap the prompt (vision envs add an image).
+        ``_parse(response) -> ParsedResponse`` (optional): the uniform ``<think>/<action>``
+        parser by default; only an env whose paper protocol has another answer format
+        (TIR Math: code blocks and ``\\boxed{}``) overrides it.
+        ``_history_action(parsed, response) -> str`` (optional): what the history window shows
+        of a past turn (the parsed action by default).
     """
 
     metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"], "render_fps": 4}
@@ -129,6 +134,8 @@ class AgentEnv(gym.Env[Any, str]):
     thread_safe: ClassVar[bool] = True
     #: Default for ``max_steps``; subclasses set their paper value.
     default_max_steps: ClassVar[int] = 50
+    #: Feedback of a turn from which no action could be extracted.
+    no_action_feedback: ClassVar[str] = NO_ACTION_FEEDBACK
 
     def __init__(
         self,
@@ -204,6 +211,13 @@ class AgentEnv(gym.Env[Any, str]):
     def _observation(self, prompt: str) -> Any:
         return prompt
 
+    def _parse(self, response: str) -> ParsedResponse:
+        return parse_response(response, strict=self.strict_format,
+                              think_prefilled=self.think_prefilled)
+
+    def _history_action(self, parsed: ParsedResponse, response: str) -> str:
+        return parsed.action if parsed.action is not None else ""
+
     # ------------------------------------------------------------------ contract
     @property
     def task(self) -> TaskSpec:
@@ -242,8 +256,7 @@ class AgentEnv(gym.Env[Any, str]):
                 + ("before reset()" if self._task is None else "after the episode ended")
                 + "; call reset() first"
             )
-        parsed = parse_response(action, strict=self.strict_format,
-                                think_prefilled=self.think_prefilled)
+        parsed = self._parse(action)
         observation_before = self._last_raw
         if not parsed.format_valid and self.on_format_error == "terminate":
             result = self._noop_result(
@@ -251,7 +264,7 @@ class AgentEnv(gym.Env[Any, str]):
             )
             result.terminated = True
         elif parsed.action is None:
-            result = self._noop_result(NO_ACTION_FEEDBACK)
+            result = self._noop_result(self.no_action_feedback)
         else:
             result = self._act(parsed.action)
         penalty = 0.0 if parsed.format_valid else self.format_penalty_coef
@@ -259,8 +272,7 @@ class AgentEnv(gym.Env[Any, str]):
         terminated = bool(result.terminated)
         truncated = (not terminated) and self._steps >= self.max_steps
         self._done = terminated or truncated
-        shown_action = parsed.action if parsed.action is not None else ""
-        self._history.append(HistoryEntry(observation_before, shown_action))
+        self._history.append(HistoryEntry(observation_before, self._history_action(parsed, action)))
         self._last_raw = result.observation
         info = self._info(parsed=parsed, result=result, penalty=penalty)
         reward = float(result.reward) - penalty

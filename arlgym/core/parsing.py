@@ -16,6 +16,11 @@ Two modes:
 In both modes the action is returned even when the format is invalid, as long as an action
 block can be extracted, so the env can still execute it and apply the format penalty
 (ARLArena's behaviour). The parser never raises.
+
+TIR Math is the one protocol of the paper with another answer format (Appendix H.1.1: Python in
+triple-backtick blocks, the answer in ``\\boxed{}`` or printed by ``final_answer()``);
+:func:`parse_tir_response` reads it, here beside the uniform parser so the two are judged the
+same way and read in one place.
 """
 
 from __future__ import annotations
@@ -23,7 +28,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["ParsedResponse", "parse_response", "FORMAT_ERRORS"]
+__all__ = ["ParsedResponse", "parse_response", "parse_tir_response", "truncate_after_code",
+           "extract_boxed", "FORMAT_ERRORS"]
 
 # One tag token: <think>, </think>, <action>, </action>, case-insensitive, inner spaces allowed.
 _TAG = re.compile(r"<\s*(/?)\s*(think|action)\s*>", re.IGNORECASE)
@@ -41,6 +47,7 @@ FORMAT_ERRORS: dict[str, str] = {
     "text_outside_tags": "non-whitespace text outside the <think> and <action> blocks",
     "empty_action": "the <action> block is empty",
     "cjk": "the response contains CJK characters",
+    "no_code_or_answer": "TIR: neither a ```python``` code block nor a \\boxed{} answer",
 }
 
 _STRICT_SEQUENCE = [("", "think"), ("/", "think"), ("", "action"), ("/", "action")]
@@ -166,3 +173,69 @@ def _lenient_error(
     if not (has_open and has_close):
         return "missing_think"
     return None
+
+
+# ---------------------------------------------------------------------------- TIR Math
+# A fenced code block: ``` or ```python / ```py / ```python3, up to the next closing fence.
+_CODE_BLOCK = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n(.*?)```", re.IGNORECASE | re.DOTALL)
+_BOXED_OPEN = re.compile(r"\\(?:boxed|fbox)\s*\{")
+
+
+def truncate_after_code(text: str) -> str:
+    """``text`` up to the end of its first code block (SimpleTIR/ARLArena cut a response there:
+    whatever the model wrote after the code was written without seeing the code's output)."""
+    match = _CODE_BLOCK.search(text) if isinstance(text, str) else None
+    return text[: match.end()] if match else text
+
+
+def parse_tir_response(text: object) -> ParsedResponse:
+    """Read a TIR Math response: reasoning, then one Python code block *or* a final answer.
+
+    The response is first cut after its first code block. If the remaining text has a
+    ``\\boxed{...}`` before the code (or there is no code), the action is that boxed answer
+    (returned as ``"\\boxed{...}"``); otherwise the action is the code. ``think`` is the prose
+    before the code or answer. Invalid: no code block and no boxed answer (the paper's "void
+    turn"), CJK characters (action still returned), an empty code block. Never raises.
+
+    >>> parse_tir_response("Compute it.\n```python\nprint(2**10)\n```").action
+    'print(2**10)'
+    >>> parse_tir_response("So the answer is \\boxed{1024}.").action
+    '\\boxed{1024}'
+    """
+    if not isinstance(text, str):
+        return ParsedResponse(None, None, False, "not_a_string")
+    if not text.strip():
+        return ParsedResponse(None, None, False, "empty")
+    text = truncate_after_code(text)
+    code = _CODE_BLOCK.search(text)
+    prose = text[: code.start()] if code else text
+    boxed = _last_boxed(prose)
+    if boxed is not None:
+        think, action = prose[: boxed[0]].strip(), f"\\boxed{{{boxed[1]}}}"
+    elif code is not None:
+        think, action = prose.strip(), code.group(1).strip("\n").rstrip()
+    else:
+        return ParsedResponse(text.strip(), None, False, "no_code_or_answer")
+    if not action.strip():
+        return ParsedResponse(think or None, None, False, "empty_action")
+    error = "cjk" if _CJK.search(text) else None
+    return ParsedResponse(think or None, action, error is None, error)
+
+
+def extract_boxed(text: object) -> str | None:
+    """Content of the last complete ``\\boxed{...}`` in ``text`` (nested braces allowed)."""
+    found = _last_boxed(text) if isinstance(text, str) else None
+    return found[1] if found else None
+
+
+def _last_boxed(text: str) -> tuple[int, str] | None:
+    """(where it starts, content) of the last complete ``\\boxed{...}`` in ``text``."""
+    found = None
+    for match in _BOXED_OPEN.finditer(text):
+        depth = 1
+        for i in range(match.end(), len(text)):
+            depth += {"{": 1, "}": -1}.get(text[i], 0)
+            if depth == 0:
+                found = (match.start(), text[match.end() : i].strip())
+                break
+    return found

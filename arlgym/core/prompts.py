@@ -210,7 +210,9 @@ WEBSHOP = PromptTemplate(
 )
 
 # --------------------------------------------------------------------------------------------
-# TIR Math (H.1.1): single prompt; code results are appended to the conversation by the env.
+# TIR Math (H.1.1): one problem statement; the conversation so far (each response cut after its
+# code block, then "Code execution result: ...") is appended in full — the paper's TIR agent
+# sees its whole history, not a window. ``later`` has one extra field, ``{transcript}``.
 # --------------------------------------------------------------------------------------------
 _TIR = (
     "Solve the following problem step by step. You now have the ability to selectively write "
@@ -228,5 +230,4 @@ _TIR = (
     "should be: \\boxed{{The final answer goes here.}}\n"
     "User Question: {task_description}\n"
 )
-TIR_MATH = PromptTemplate(name="tir_math", first=_TIR + "{current_observation}",
-                          later=_TIR + _HISTORY_BLOCK + "{current_observation}")
+TIR_MATH = PromptTemplate(name="tir_math", first=_TIR, later=_TIR + "{transcript}")

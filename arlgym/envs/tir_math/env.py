@@ -1,0 +1,279 @@
+"""``arl/TIRMath-v0``: tool-integrated math reasoning with a Python sandbox (paper §5, H.1.1).
+
+Each turn the agent writes reasoning and either one Python code block or a final answer
+``\\boxed{...}``. The env follows ARLArena's TIR loop (a SimpleTIR port):
+
+* the response is cut after its first code block (text after it was written blind);
+* a ``\\boxed{}`` answer before any code ends the episode: reward 1 if it equals the reference
+  (math-verify when installed, see :mod:`~arlgym.envs.tir_math.answers`), else 0;
+* otherwise the code runs in a fresh sandboxed interpreter (:class:`PythonSandbox`) with
+  ``final_answer(x)`` predefined (it prints ``\\boxed{x}``); the observation is
+  ``stdout`` (or the error's last line, or "interpreter timeout") cut to ``max_obs_chars``;
+  output containing ``\\boxed{}`` is the final answer and ends the episode;
+* a turn with neither code nor answer is a "void turn": format-invalid (penalised) and, with
+  ``end_on_void_turn`` (default, as ARLArena), the end of the episode;
+* ``max_steps`` turns (paper: 5) without an answer: truncated, reward 0.
+
+The prompt is the paper's TIR template with the whole conversation so far appended (each past
+response, then ``Code execution result: ...``); the agent sees its full history, as in the
+paper, not a 2-turn window. The anchor hashes the problem and the code cells executed so far.
+
+``response_format="tags"`` swaps the paper's format for the uniform ``<think>…</think><action>…
+</action>`` one: the action is the code (fences optional) or a ``\\boxed{}`` answer.
+
+Tasks: generated problems by default (``tir-<seed>``, offline, see
+:mod:`~arlgym.envs.tir_math.problems`); ``data_path=`` a ``.jsonl``/``.json``/``.parquet`` file
+(used for every split) or a folder with ``train``/``val``/``test`` files loads official data.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+from arlgym.core.env import ActResult, AgentEnv, TaskSpec
+from arlgym.core.parsing import (
+    ParsedResponse,
+    extract_boxed,
+    parse_response,
+    parse_tir_response,
+    truncate_after_code,
+)
+from arlgym.core.prompts import TIR_MATH, HistoryEntry
+from arlgym.envs.tir_math.answers import answers_match
+from arlgym.envs.tir_math.problems import (
+    SPLIT_SEED_RANGES,
+    MathProblem,
+    generate_problem,
+    load_problems,
+)
+from arlgym.envs.tir_math.sandbox import PythonSandbox
+from arlgym.errors import ConfigError, TaskNotFound
+
+__all__ = ["TIRMathEnv"]
+
+_SPLIT_ALIASES = {"eval": "test", "validation": "val", "valid": "val"}
+_GENERATED_ID = re.compile(r"^tir-(\d+)$")
+_DATA_SUFFIXES = (".jsonl", ".json", ".parquet")
+_FENCE = re.compile(r"^```[ \t]*(?:python3?|py)?[ \t]*\n(.*?)\n?```\s*$", re.IGNORECASE | re.DOTALL)
+
+TIR_NO_ACTION_FEEDBACK = (
+    "Your response had neither a ```python``` code block nor a \\boxed{} final answer."
+)
+
+
+def _is_answer(action: str) -> bool:
+    return action.startswith("\\boxed") and extract_boxed(action) is not None
+
+
+class TIRMathEnv(AgentEnv):
+    """Math problems solved with a Python tool; reward 1 for a correct final answer.
+
+    Args:
+        data_path: official data (file or folder of ``<split>.jsonl|json|parquet``); ``None``
+            uses the built-in generator.
+        max_steps: turns per episode (paper: 5).
+        sandbox_timeout: wall-clock seconds per code cell (ARLArena: 3–10).
+        sandbox_memory_mb: address-space limit of a cell (``None``: unlimited).
+        max_obs_chars: code output shown to the agent is cut here (ARLArena: 512).
+        end_on_void_turn: a turn with neither code nor answer ends the episode (ARLArena).
+        response_format: ``"tir"`` (paper: code blocks and ``\\boxed{}``) or ``"tags"``
+            (``<think>…</think><action>code or \\boxed{}</action>``).
+        families: restrict generated problems to these families (names in ``FAMILIES``).
+        use_math_verify: judge answers with math-verify when installed (else exact checker).
+        **kwargs: the :class:`~arlgym.core.env.AgentEnv` options. ``history_length`` defaults
+            to ``max_steps`` (the full conversation).
+    """
+
+    default_max_steps: ClassVar[int] = 5
+    no_action_feedback: ClassVar[str] = TIR_NO_ACTION_FEEDBACK
+
+    def __init__(
+        self,
+        data_path: str | Path | None = None,
+        max_steps: int | None = None,
+        sandbox_timeout: float = 5.0,
+        sandbox_memory_mb: int | None = 2048,
+        max_obs_chars: int = 512,
+        end_on_void_turn: bool = True,
+        response_format: Literal["tir", "tags"] = "tir",
+        families: tuple[str, ...] | list[str] | None = None,
+        use_math_verify: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        kwargs.setdefault("history_length", max_steps or self.default_max_steps)
+        super().__init__(max_steps=max_steps, **kwargs)
+        if response_format not in ("tir", "tags"):
+            raise ConfigError(f"response_format must be 'tir' or 'tags', got {response_format!r}")
+        if not isinstance(max_obs_chars, int) or max_obs_chars < 16:
+            raise ConfigError(f"max_obs_chars must be an int >= 16, got {max_obs_chars!r}")
+        from arlgym.envs.tir_math.problems import FAMILIES
+
+        if families is not None:
+            unknown = sorted(set(families) - set(FAMILIES))
+            if unknown or not families:
+                raise ConfigError(f"unknown problem families {unknown}; choose from {sorted(FAMILIES)}")
+        self.families = None if families is None else tuple(families)
+        self.sandbox = PythonSandbox(timeout=sandbox_timeout, memory_mb=sandbox_memory_mb)
+        self.max_obs_chars = max_obs_chars
+        self.end_on_void_turn = bool(end_on_void_turn)
+        self.response_format = response_format
+        self.use_math_verify = bool(use_math_verify)
+        self.data_path = None if data_path is None else Path(data_path)
+        self._datasets: dict[str, list[MathProblem]] = {}
+        if self.data_path is not None and not self.data_path.exists():
+            raise ConfigError(f"data_path {str(self.data_path)!r} does not exist")
+        self.problem: MathProblem | None = None
+        self._cells: list[str] = []
+        self._answer: str | None = None
+
+    # ------------------------------------------------------------------ tasks
+    @staticmethod
+    def _split_name(split: str) -> str:
+        split = _SPLIT_ALIASES.get(split, split)
+        if split not in SPLIT_SEED_RANGES:
+            raise ConfigError(f"unknown split {split!r}; choose one of {sorted(SPLIT_SEED_RANGES)}")
+        return split
+
+    def _dataset(self, split: str) -> list[MathProblem]:
+        """The official problems of ``split`` (loaded once per env)."""
+        assert self.data_path is not None
+        if split not in self._datasets:
+            path = self.data_path
+            if path.is_dir():
+                candidates = [path / f"{split}{suffix}" for suffix in _DATA_SUFFIXES]
+                found = [c for c in candidates if c.is_file()]
+                if not found:
+                    raise ConfigError(f"{path} has no {split}.jsonl/.json/.parquet file")
+                path = found[0]
+            self._datasets[split] = load_problems(path)
+        return self._datasets[split]
+
+    def _problem_for(self, task_id: str) -> MathProblem:
+        match = _GENERATED_ID.match(task_id)
+        if self.data_path is None:
+            if not match:
+                raise TaskNotFound(f"task_id {task_id!r} is not a generated TIR task id like 'tir-123'")
+            return generate_problem(int(match.group(1)), self.families)
+        for split in SPLIT_SEED_RANGES:
+            try:
+                problems = self._dataset(split)
+            except ConfigError:
+                continue
+            for problem in problems:
+                if problem.problem_id == task_id:
+                    return problem
+        raise TaskNotFound(f"no problem with id {task_id!r} in {self.data_path}")
+
+    def _load_task(self, seed: int | None, options: dict[str, Any]) -> TaskSpec:
+        if "problem" in options:  # play a given {"question", "answer"}
+            spec = options["problem"]
+            if not isinstance(spec, dict) or not {"question", "answer"} <= set(spec):
+                raise ConfigError("options['problem'] must be a dict with 'question' and 'answer'")
+            self.problem = MathProblem(str(spec.get("id", "custom")), str(spec["question"]),
+                                       str(spec["answer"]))
+        elif "task_id" in options:
+            self.problem = self._problem_for(str(options["task_id"]))
+        else:
+            split = self._split_name(options.get("split", "train"))
+            if self.data_path is None:
+                low, high = SPLIT_SEED_RANGES[split]
+                self.problem = generate_problem(int(self.np_random.integers(low, high)), self.families)
+            else:
+                problems = self._dataset(split)
+                self.problem = problems[int(self.np_random.integers(len(problems)))]
+        self._cells = []
+        self._answer = None
+        return TaskSpec(task_id=self.problem.problem_id, observation=self.problem.question,
+                        task_type=self.problem.family, description=self.problem.question)
+
+    def list_tasks(self, split: str = "test", limit: int | None = None) -> list[str]:
+        """Generated: consecutive seeds from the split's start (``limit`` default 500);
+        official data: the split file's problem ids."""
+        split = self._split_name(split)
+        if self.data_path is not None:
+            ids = [p.problem_id for p in self._dataset(split)]
+            return ids if limit is None else ids[:limit]
+        low, _ = SPLIT_SEED_RANGES[split]
+        return [f"tir-{low + k}" for k in range(500 if limit is None else limit)]
+
+    # ------------------------------------------------------------------ parsing
+    def _parse(self, response: str) -> ParsedResponse:
+        if self.response_format == "tir":
+            return parse_tir_response(response)
+        parsed = parse_response(response, strict=self.strict_format,
+                                think_prefilled=self.think_prefilled)
+        if parsed.action is not None:
+            fenced = _FENCE.match(parsed.action.strip())
+            action = fenced.group(1) if fenced else parsed.action
+            boxed = extract_boxed(action)
+            if boxed is not None and "\n" not in action.strip():
+                action = f"\\boxed{{{boxed}}}"
+            parsed = ParsedResponse(parsed.think, action, parsed.format_valid, parsed.error)
+        return parsed
+
+    def _history_action(self, parsed: ParsedResponse, response: str) -> str:
+        if self.response_format == "tir":
+            return truncate_after_code(response).strip() if isinstance(response, str) else ""
+        return super()._history_action(parsed, response)
+
+    # ------------------------------------------------------------------ hooks
+    def _finish(self, predicted: str | None, observation: str, executed: str) -> ActResult:
+        assert self.problem is not None
+        self._answer = predicted
+        reward = 1.0 if answers_match(predicted, self.problem.answer,
+                                      use_math_verify=self.use_math_verify) else 0.0
+        return ActResult(observation, reward, True, True, executed)
+
+    def _act(self, action: str) -> ActResult:
+        if _is_answer(action):
+            predicted = extract_boxed(action)
+            return self._finish(predicted, f"Final answer: {predicted}", action)
+        self._cells.append(action)
+        result = self.sandbox.run(action)
+        feedback = result.feedback(self.max_obs_chars)
+        predicted = extract_boxed(result.stdout)
+        if predicted is not None:
+            return self._finish(predicted, feedback, action)
+        return ActResult(feedback, 0.0, False, result.ok, action)
+
+    def _noop_result(self, feedback: str) -> ActResult:
+        return ActResult(feedback, 0.0, self.end_on_void_turn, False, None)
+
+    def _anchor_state(self) -> Any:
+        assert self.problem is not None
+        return (self.problem.question, tuple(cell.strip() for cell in self._cells), self._answer)
+
+    def _won(self) -> bool:
+        return (self.problem is not None and self._answer is not None
+                and answers_match(self._answer, self.problem.answer,
+                                  use_math_verify=self.use_math_verify))
+
+    def _prompt(self, history: list[HistoryEntry]) -> str:
+        assert self.problem is not None
+        if not history:
+            return TIR_MATH.first.format(task_description=self.problem.question)
+        shown = history[-self.history_length:] if self.history_length else []
+        start = len(history) - len(shown)
+        parts = []
+        for i, entry in enumerate(shown, start=start):
+            result = history[i + 1].observation if i + 1 < len(history) else self.raw_observation
+            parts.append(f"{entry.action}\nCode execution result: {result}\n")
+        return TIR_MATH.later.format(task_description=self.problem.question,
+                                     transcript="\n".join(parts))
+
+    # ------------------------------------------------------------------ extras
+    @property
+    def final_answer(self) -> str | None:
+        """The episode's final answer so far (``None`` before one is given)."""
+        return self._answer
+
+    def expert_response(self) -> str:
+        """The reference solution script of a generated problem, in the env's format."""
+        if self.problem is None or self.problem.solution_code is None:
+            raise ConfigError("only generated problems (data_path=None) have an expert solution")
+        think = f"This is a {self.problem.family.replace('_', ' ')} problem; I will compute it exactly."
+        if self.response_format == "tags":
+            return f"<think>{think}</think><action>{self.problem.solution_code}</action>"
+        return f"{think}\n```python\n{self.problem.solution_code}\n```"

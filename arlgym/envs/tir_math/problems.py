@@ -1,0 +1,265 @@
+"""TIR Math tasks: a built-in generator (offline default) and loaders for official datasets.
+
+**Generated problems.** Ten families of number-theory / counting / algebra questions that are
+tedious by hand and easy with a few lines of Python (divisor sums, modular powers, inclusion–
+exclusion counts, digit sums of factorials, …) — the regime where tool use pays off. Problem
+``tir-<seed>`` is drawn from ``numpy.random.default_rng(seed)``: the family, its parameters, the
+exact reference answer (computed here, in integers or fractions) and a reference solution script
+(used by the expert policy). Seed ranges per split are disjoint, as for Sokoban.
+
+**Official data.** ``load_problems(path)`` reads ``.jsonl``, ``.json`` (a list) or ``.parquet``
+records — SimpleRL's math level 3–5 (ARLArena's training set), AIME24/25, MATH, DAPO-Math — taking
+the question from ``problem``/``question``/``prompt`` (a chat list counts: its last user message)
+and the answer from ``answer``/``gt_answer``/``ground_truth``/``final_answer``/
+``reward_model.ground_truth``, or the last ``\\boxed{}`` of ``solution``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from arlgym.envs.tir_math.answers import extract_boxed
+from arlgym.errors import ConfigError
+
+__all__ = ["MathProblem", "FAMILIES", "generate_problem", "load_problems", "SPLIT_SEED_RANGES"]
+
+#: Problem-seed ranges per split; disjoint, so held-out problems are never trained on.
+SPLIT_SEED_RANGES: dict[str, tuple[int, int]] = {
+    "train": (0, 2**30),
+    "test": (2**30, 2**31),
+    "val": (2**31, 2**31 + 2**30),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class MathProblem:
+    """One question with its reference answer (and, for generated ones, a solution script)."""
+
+    problem_id: str
+    question: str
+    answer: str
+    family: str = "dataset"
+    solution_code: str | None = None
+
+
+def _fraction_text(x: Fraction) -> str:
+    return str(x.numerator) if x.denominator == 1 else f"{x.numerator}/{x.denominator}"
+
+
+def _primes_below(n: int) -> list[int]:
+    sieve = bytearray([1]) * n
+    sieve[:2] = b"\x00\x00"
+    for p in range(2, int(n**0.5) + 1):
+        if sieve[p]:
+            sieve[p * p :: p] = bytearray(len(range(p * p, n, p)))
+    return [i for i in range(n) if sieve[i]]
+
+
+# Each family: rng -> (question, exact answer text, solution script). Scripts end in
+# final_answer(...) so that the expert finishes in one code cell.
+def _divisor_sum(rng: np.random.Generator) -> tuple[str, str, str]:
+    n = int(rng.integers(200, 20000))
+    ans = sum(d for d in range(1, n + 1) if n % d == 0)
+    code = f"n = {n}\nfinal_answer(sum(d for d in range(1, n + 1) if n % d == 0))"
+    return f"What is the sum of all positive divisors of {n}?", str(ans), code
+
+
+def _mod_power(rng: np.random.Generator) -> tuple[str, str, str]:
+    a, b, m = int(rng.integers(2, 100)), int(rng.integers(50, 5000)), int(rng.integers(7, 1000))
+    return (f"What is the remainder when {a}^{{{b}}} is divided by {m}?", str(pow(a, b, m)),
+            f"final_answer(pow({a}, {b}, {m}))")
+
+
+def _inclusion_exclusion(rng: np.random.Generator) -> tuple[str, str, str]:
+    n = int(rng.integers(500, 10000))
+    a, b, c = (int(x) for x in rng.choice(np.arange(2, 20), size=3, replace=False))
+    ans = sum(1 for k in range(1, n + 1) if (k % a == 0 or k % b == 0) and k % c != 0)
+    code = (f"count = sum(1 for k in range(1, {n} + 1) if (k % {a} == 0 or k % {b} == 0) "
+            f"and k % {c} != 0)\nfinal_answer(count)")
+    return (f"How many integers from 1 to {n} inclusive are divisible by {a} or by {b}, "
+            f"but not by {c}?", str(ans), code)
+
+
+def _factorial_digit_sum(rng: np.random.Generator) -> tuple[str, str, str]:
+    n = int(rng.integers(12, 80))
+    ans = sum(int(ch) for ch in str(math.factorial(n)))
+    code = f"import math\nfinal_answer(sum(int(ch) for ch in str(math.factorial({n}))))"
+    return f"What is the sum of the digits of {n}!?", str(ans), code
+
+
+def _linear_system(rng: np.random.Generator) -> tuple[str, str, str]:
+    while True:
+        a, b, c, d = (int(x) for x in rng.integers(-9, 10, size=4))
+        if a * d - b * c != 0:
+            break
+    e, f = int(rng.integers(-50, 51)), int(rng.integers(-50, 51))
+    det = Fraction(a * d - b * c)
+    x, y = (e * d - b * f) / det, (a * f - e * c) / det
+    code = ("from sympy import symbols, Eq, solve\nx, y = symbols('x y')\n"
+            f"s = solve([Eq({a}*x + {b}*y, {e}), Eq({c}*x + {d}*y, {f})], [x, y])\n"
+            "final_answer(s[x] + s[y])")
+    return (f"Real numbers x and y satisfy {a}x + {b}y = {e} and {c}x + {d}y = {f}. "
+            "What is x + y? Give an exact answer.", _fraction_text(x + y), code)
+
+
+def _binomial(rng: np.random.Generator) -> tuple[str, str, str]:
+    n = int(rng.integers(20, 60))
+    k = int(rng.integers(3, n // 2))
+    return (f"In how many ways can a committee of {k} people be chosen from {n} people?",
+            str(math.comb(n, k)), f"import math\nfinal_answer(math.comb({n}, {k}))")
+
+
+def _fibonacci_mod(rng: np.random.Generator) -> tuple[str, str, str]:
+    n, m = int(rng.integers(50, 3000)), int(rng.integers(10, 1000))
+    a, b = 0, 1
+    for _ in range(n):
+        a, b = b, a + b
+    code = (f"a, b = 0, 1\nfor _ in range({n}):\n    a, b = b, a + b\nfinal_answer(a % {m})")
+    return (f"The Fibonacci numbers are F_0 = 0, F_1 = 1 and F_(k+2) = F_(k+1) + F_k. "
+            f"What is the remainder when F_{{{n}}} is divided by {m}?", str(a % m), code)
+
+
+def _prime_sum(rng: np.random.Generator) -> tuple[str, str, str]:
+    n = int(rng.integers(100, 20000))
+    code = (f"n = {n}\nprimes = [p for p in range(2, n) if all(p % q for q in range(2, int(p**0.5) + 1))]"
+            "\nfinal_answer(sum(primes))")
+    return f"What is the sum of all prime numbers less than {n}?", str(sum(_primes_below(n))), code
+
+
+def _root_power_sum(rng: np.random.Generator) -> tuple[str, str, str]:
+    p, q = int(rng.integers(-20, 21)), int(rng.integers(-50, 51))
+    k = int(rng.integers(2, 6))
+    # Newton's identities: s_k = p*s_(k-1) - q*s_(k-2) with s_0 = 2, s_1 = p
+    s = [2, p]
+    for _ in range(2, k + 1):
+        s.append(p * s[-1] - q * s[-2])
+    code = ("from sympy import symbols, solve, expand, simplify\nx = symbols('x')\n"
+            f"r = solve(x**2 - ({p})*x + ({q}), x)\n"
+            f"final_answer(simplify(expand(sum(root**{k} for root in r))))")
+    return (f"Let r and s be the roots of x^2 - ({p})x + ({q}) = 0. What is r^{k} + s^{k}?",
+            str(s[k]), code)
+
+
+def _gcd_lcm(rng: np.random.Generator) -> tuple[str, str, str]:
+    g = int(rng.integers(2, 60))
+    a, b = g * int(rng.integers(2, 300)), g * int(rng.integers(2, 300))
+    ans = math.gcd(a, b) + math.lcm(a, b)
+    return (f"What is gcd({a}, {b}) + lcm({a}, {b})?", str(ans),
+            f"import math\nfinal_answer(math.gcd({a}, {b}) + math.lcm({a}, {b}))")
+
+
+FAMILIES: dict[str, Callable[[np.random.Generator], tuple[str, str, str]]] = {
+    "divisor_sum": _divisor_sum,
+    "mod_power": _mod_power,
+    "inclusion_exclusion": _inclusion_exclusion,
+    "factorial_digit_sum": _factorial_digit_sum,
+    "linear_system": _linear_system,
+    "binomial": _binomial,
+    "fibonacci_mod": _fibonacci_mod,
+    "prime_sum": _prime_sum,
+    "root_power_sum": _root_power_sum,
+    "gcd_lcm": _gcd_lcm,
+}
+
+
+def generate_problem(seed: int, families: tuple[str, ...] | None = None) -> MathProblem:
+    """Problem ``tir-<seed>``: the same question and answer for a seed, on every machine."""
+    names = tuple(FAMILIES) if families is None else families
+    rng = np.random.default_rng(seed)
+    family = names[int(rng.integers(len(names)))]
+    question, answer, code = FAMILIES[family](rng)
+    return MathProblem(f"tir-{seed}", question, answer, family, code)
+
+
+# ---------------------------------------------------------------------------- official data
+_QUESTION_KEYS = ("problem", "question", "prompt", "query", "input")
+_ANSWER_KEYS = ("answer", "gt_answer", "ground_truth", "final_answer", "target", "expected_answer")
+_ID_KEYS = ("id", "unique_id", "problem_id", "idx", "index")
+
+
+def _question_of(record: dict[str, Any]) -> str | None:
+    for key in _QUESTION_KEYS:
+        value = record.get(key)
+        if isinstance(value, str) and value.strip():
+            return value.strip()
+        if isinstance(value, (list, tuple)) or (hasattr(value, "tolist") and not isinstance(value, str)):
+            messages = value.tolist() if hasattr(value, "tolist") else value
+            users = [m.get("content") for m in messages if isinstance(m, dict) and m.get("role") == "user"]
+            if users and isinstance(users[-1], str):
+                return users[-1].strip()
+    return None
+
+
+def _answer_of(record: dict[str, Any]) -> str | None:
+    for key in _ANSWER_KEYS:
+        value = record.get(key)
+        if value is not None and str(value).strip():
+            return str(value).strip()
+    reward_model = record.get("reward_model")
+    if isinstance(reward_model, dict) and reward_model.get("ground_truth") is not None:
+        return str(reward_model["ground_truth"]).strip()
+    solution = record.get("solution")
+    if isinstance(solution, str):
+        return extract_boxed(solution)
+    return None
+
+
+def _read_records(path: Path) -> list[dict[str, Any]]:
+    suffix = path.suffix.lower()
+    if suffix == ".jsonl":
+        records = []
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if line.strip():
+                try:
+                    records.append(json.loads(line))
+                except json.JSONDecodeError as e:
+                    raise ConfigError(f"{path}:{n}: not a JSON line ({e.msg})") from e
+        return records
+    if suffix == ".json":
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if isinstance(data, dict):
+            data = next((v for v in data.values() if isinstance(v, list)), None)
+        if not isinstance(data, list):
+            raise ConfigError(f"{path}: expected a JSON list of problems")
+        return data
+    if suffix == ".parquet":
+        try:
+            import pyarrow.parquet as pq
+        except ImportError as e:
+            raise ConfigError("reading .parquet needs pyarrow: pip install pyarrow "
+                              "(or convert the file to .jsonl)") from e
+        return pq.read_table(path).to_pylist()
+    raise ConfigError(f"{path}: unsupported file type {suffix!r}; use .jsonl, .json or .parquet")
+
+
+def load_problems(path: str | Path) -> list[MathProblem]:
+    """Every usable problem of a dataset file (records without a question or answer are
+    skipped; a file with none at all is an error)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"math data file {str(path)!r} does not exist")
+    problems = []
+    skipped = 0
+    for index, record in enumerate(_read_records(path)):
+        if not isinstance(record, dict):
+            skipped += 1
+            continue
+        question, answer = _question_of(record), _answer_of(record)
+        if question is None or answer is None:
+            skipped += 1
+            continue
+        ident = next((record[k] for k in _ID_KEYS if record.get(k) is not None), index)
+        problems.append(MathProblem(f"{path.stem}-{ident}", question, answer))
+    if not problems:
+        raise ConfigError(f"{path}: no record has both a question ({'/'.join(_QUESTION_KEYS)}) "
+                          f"and an answer ({'/'.join(_ANSWER_KEYS)}, reward_model.ground_truth "
+                          f"or a \\boxed{{}} solution); {skipped} record(s) skipped")
+    return problems

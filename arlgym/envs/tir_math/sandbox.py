@@ -1,0 +1,159 @@
+"""A local Python sandbox for tool-integrated reasoning: one fresh subprocess per code cell.
+
+ARLArena's sandbox is a FastAPI service that runs ``python3 main.py`` in a temp dir with a
+wall-clock timeout — its Firejail isolation is commented out — and its client sleeps 2 s after
+every call. Here a cell runs in a fresh interpreter, with no server and no sleep:
+
+* a private temporary working directory (on ``/dev/shm`` when there is one), removed afterwards;
+* isolated mode (``python -I``: no user site, no ``PYTHON*`` variables) and a stripped
+  environment (no proxies, one BLAS thread);
+* resource limits set before the cell runs: CPU seconds, address space, file size (stdout and
+  stderr go to files, so an endless ``print`` loop stops at the file-size limit instead of
+  filling memory), no core dumps;
+* a wall-clock timeout that kills the cell's whole process group.
+
+It bounds runaway code; it is not a security boundary (no network or filesystem namespace —
+run untrusted models in a container). ``final_answer(x)`` is predefined and prints
+``\\boxed{x}``, as in the paper's TIR prompt.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from arlgym.errors import ConfigError
+
+__all__ = ["ExecutionResult", "PythonSandbox", "PRELUDE"]
+
+#: Run before the cell: resource limits (values filled in per sandbox) and ``final_answer``.
+PRELUDE = """\
+import resource as _r
+for _k, _v in (("RLIMIT_CPU", {cpu}), ("RLIMIT_AS", {address_space}), ("RLIMIT_FSIZE", {fsize}),
+               ("RLIMIT_CORE", 0)):
+    if _v is not None and hasattr(_r, _k):
+        try:
+            _r.setrlimit(getattr(_r, _k), (_v, _v))
+        except (ValueError, OSError):
+            pass
+del _r, _k, _v
+
+
+def final_answer(answer):
+    print("\\\\boxed{{" + str(answer) + "}}")
+
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutionResult:
+    """What one cell did."""
+
+    stdout: str
+    stderr: str
+    returncode: int | None
+    timed_out: bool
+    seconds: float
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0 and not self.timed_out
+
+    def feedback(self, max_chars: int = 512) -> str:
+        """The text the agent sees: stdout, else the error's last line (as ARLArena shows it),
+        truncated to ``max_chars``."""
+        if self.stdout.strip():
+            text = self.stdout.strip()
+        elif self.timed_out:
+            text = "interpreter timeout"
+        elif self.stderr.strip():
+            text = self.stderr.strip().splitlines()[-1]
+        else:
+            text = "(no output; use print() to see values)"
+        if len(text) > max_chars:
+            text = text[:max_chars] + "...(truncated)"
+        return text
+
+
+def _scratch_root() -> str | None:
+    shm = Path("/dev/shm")
+    return str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None
+
+
+class PythonSandbox:
+    """Runs code cells in fresh, resource-limited Python subprocesses.
+
+    Args:
+        timeout: wall-clock seconds per cell (ARLArena: 3–10 s).
+        memory_mb: address-space limit in MiB (``None``: no limit).
+        max_output_bytes: stdout/stderr beyond this are cut off (file-size limit).
+        python: the interpreter; the current one by default, so numpy/sympy of this
+            environment are importable in cells.
+    """
+
+    def __init__(self, timeout: float = 5.0, memory_mb: int | None = 2048,
+                 max_output_bytes: int = 1 << 20, python: str | None = None) -> None:
+        if not timeout or timeout <= 0:
+            raise ConfigError(f"sandbox timeout must be > 0 seconds, got {timeout!r}")
+        if memory_mb is not None and memory_mb < 64:
+            raise ConfigError(f"sandbox memory_mb must be >= 64 (or None), got {memory_mb!r}")
+        self.timeout = float(timeout)
+        self.memory_mb = memory_mb
+        self.max_output_bytes = int(max_output_bytes)
+        self.python = python or sys.executable
+        if shutil.which(self.python) is None and not Path(self.python).is_file():
+            raise ConfigError(f"sandbox interpreter {self.python!r} not found")
+
+    def _prelude(self) -> str:
+        address_space = None if self.memory_mb is None else self.memory_mb << 20
+        return PRELUDE.format(cpu=int(self.timeout) + 1, address_space=address_space,
+                              fsize=self.max_output_bytes)
+
+    def _environment(self, workdir: str) -> dict[str, str]:
+        return {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir,
+                "LANG": "C.UTF-8", "PYTHONHASHSEED": "0", "PYTHONIOENCODING": "utf-8",
+                "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+                "MPLBACKEND": "Agg"}
+
+    def run(self, code: str) -> ExecutionResult:
+        """Run ``code`` as a complete script; never raises for anything the code does."""
+        workdir = tempfile.mkdtemp(prefix="arlgym-cell-", dir=_scratch_root())
+        started = time.perf_counter()
+        try:
+            script = Path(workdir, "main.py")
+            script.write_text(self._prelude() + str(code), encoding="utf-8")
+            out_path, err_path = Path(workdir, "stdout"), Path(workdir, "stderr")
+            with open(out_path, "wb") as out, open(err_path, "wb") as err:
+                proc = subprocess.Popen([self.python, "-I", str(script)], cwd=workdir,
+                                        stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                                        env=self._environment(workdir), start_new_session=True)
+                timed_out = False
+                try:
+                    proc.wait(timeout=self.timeout)
+                except subprocess.TimeoutExpired:
+                    timed_out = True
+                    self._kill(proc)
+            return ExecutionResult(stdout=self._read(out_path), stderr=self._read(err_path),
+                                   returncode=None if timed_out else proc.returncode,
+                                   timed_out=timed_out, seconds=time.perf_counter() - started)
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+    def _read(self, path: Path) -> str:
+        with open(path, "rb") as f:
+            return f.read(self.max_output_bytes).decode("utf-8", errors="replace")
+
+    @staticmethod
+    def _kill(proc: subprocess.Popen) -> None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # the cell and anything it spawned
+        except (ProcessLookupError, PermissionError):
+            proc.kill()
+        proc.wait()
