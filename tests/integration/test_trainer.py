@@ -44,6 +44,24 @@ def test_every_preset_runs_one_step(tmp_path, algo):
     assert logged[0]["step"] == 1
 
 
+def test_grpo_step_on_tir_math_uses_the_tir_column(tmp_path):
+    from arlgym.rl.trainer import resolve_algorithm
+
+    cfg = parse_train_config([*TINY, "--output_dir", str(tmp_path), "--env_id", "arl/TIRMath-v0",
+                              "--env_kwargs", '{"max_steps": 2, "sandbox_timeout": 2.0}',
+                              "--algo", "grpo", "--max_steps", "1"])
+    algo = resolve_algorithm(cfg)
+    assert algo["loss"]["clip_high"] == 0.28 and algo["kl_coef"] == 0.0  # Table 6, TIR Math
+    history = Trainer(cfg).train()
+    m = history[0]
+    assert m["step"] == 1 and m["samples"] >= 4 and torch.isfinite(torch.tensor(m["loss"]))
+    # the untrained tiny model writes neither code nor an answer: every turn is a void turn
+    assert m["env/format_valid_ratio"] == 0.0 and m["env/success_rate"] == 0.0
+    cfg.algo = "sampo"
+    with pytest.raises(ConfigError, match="not applicable"):
+        resolve_algorithm(cfg)
+
+
 def _weights(path):
     from safetensors.torch import load_file
 

@@ -40,6 +40,10 @@ def test_paper_configs_carry_table6_values():
     sok = parse_train_config(["--config", str(ROOT / "configs/paper/sokoban-qwen3-4b.yaml")])
     assert (sok.num_tasks, sok.mini_batch_size, sok.env_kwargs["max_steps"]) == (32, 64, 15)
     assert resolve_algorithm(sok)["kl_coef"] == 0.01
+    tir = parse_train_config(["--config", str(ROOT / "configs/paper/tir-math-qwen3-4b.yaml")])
+    assert (tir.num_tasks, tir.group_size, tir.max_new_tokens, tir.mini_batch_size) == (512, 5, 4096, 128)
+    assert env_family(tir.env_id) == "tir_math" and tir.algo == "grpo" and tir.env_kwargs["max_steps"] == 5
+    assert resolve_algorithm(tir)["kl_coef"] == 0.0
 
 
 @pytest.mark.parametrize("path", ACCELERATE_CONFIGS, ids=lambda p: p.name)
