@@ -76,6 +76,8 @@ class TIRMathEnv(AgentEnv):
         max_steps: turns per episode (paper: 5).
         sandbox_timeout: wall-clock seconds per code cell (ARLArena: 3–10).
         sandbox_memory_mb: address-space limit of a cell (``None``: unlimited).
+        sandbox_network: cells without network (``False``), with (``True``), or without where
+            the machine allows it (``None``, default).
         max_obs_chars: code output shown to the agent is cut here (ARLArena: 512).
         end_on_void_turn: a turn with neither code nor answer ends the episode (ARLArena).
         response_format: ``"tir"`` (paper: code blocks and ``\\boxed{}``) or ``"tags"``
@@ -95,6 +97,7 @@ class TIRMathEnv(AgentEnv):
         max_steps: int | None = None,
         sandbox_timeout: float = 5.0,
         sandbox_memory_mb: int | None = 2048,
+        sandbox_network: bool | None = None,
         max_obs_chars: int = 512,
         end_on_void_turn: bool = True,
         response_format: Literal["tir", "tags"] = "tir",
@@ -115,7 +118,8 @@ class TIRMathEnv(AgentEnv):
             if unknown or not families:
                 raise ConfigError(f"unknown problem families {unknown}; choose from {sorted(FAMILIES)}")
         self.families = None if families is None else tuple(families)
-        self.sandbox = PythonSandbox(timeout=sandbox_timeout, memory_mb=sandbox_memory_mb)
+        self.sandbox = PythonSandbox(timeout=sandbox_timeout, memory_mb=sandbox_memory_mb,
+                                     network=sandbox_network)
         self.max_obs_chars = max_obs_chars
         self.end_on_void_turn = bool(end_on_void_turn)
         self.response_format = response_format

@@ -10,10 +10,12 @@ every call. Here a cell runs in a fresh interpreter, with no server and no sleep
 * resource limits set before the cell runs: CPU seconds, address space, file size (stdout and
   stderr go to files, so an endless ``print`` loop stops at the file-size limit instead of
   filling memory), no core dumps;
-* a wall-clock timeout that kills the cell's whole process group.
+* a wall-clock timeout that kills the cell's whole process group;
+* no network, where the machine allows a network namespace (``unshare -n``: root, or
+  unprivileged user namespaces); see :func:`network_isolation_available`.
 
-It bounds runaway code; it is not a security boundary (no network or filesystem namespace —
-run untrusted models in a container). ``final_answer(x)`` is predefined and prints
+It bounds runaway code; it is not a security boundary (no filesystem namespace — run
+untrusted models in a container). ``final_answer(x)`` is predefined and prints
 ``\\boxed{x}``, as in the paper's TIR prompt.
 """
 
@@ -27,11 +29,12 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 from arlgym.errors import ConfigError
 
-__all__ = ["ExecutionResult", "PythonSandbox", "PRELUDE"]
+__all__ = ["ExecutionResult", "PythonSandbox", "PRELUDE", "network_isolation_available"]
 
 #: Run before the cell: resource limits (values filled in per sandbox) and ``final_answer``.
 PRELUDE = """\
@@ -82,6 +85,27 @@ class ExecutionResult:
         return text
 
 
+@cache
+def _unshare_prefix() -> tuple[str, ...] | None:
+    """The command prefix that runs a process without network, or ``None`` if none works here."""
+    unshare = shutil.which("unshare")
+    if unshare is None:
+        return None
+    for prefix in ((unshare, "-n"), (unshare, "-Urn")):  # root; unprivileged user namespace
+        try:
+            probe = subprocess.run([*prefix, "true"], capture_output=True, timeout=10)
+        except (OSError, subprocess.SubprocessError):
+            continue
+        if probe.returncode == 0:
+            return prefix
+    return None
+
+
+def network_isolation_available() -> bool:
+    """Whether cells can run in their own (empty) network namespace on this machine."""
+    return _unshare_prefix() is not None
+
+
 def _scratch_root() -> str | None:
     shm = Path("/dev/shm")
     return str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None
@@ -96,10 +120,13 @@ class PythonSandbox:
         max_output_bytes: stdout/stderr beyond this are cut off (file-size limit).
         python: the interpreter; the current one by default, so numpy/sympy of this
             environment are importable in cells.
+        network: ``False`` cuts cells off the network (an error where that is impossible),
+            ``True`` leaves it, ``None`` (default) cuts it where possible.
     """
 
     def __init__(self, timeout: float = 5.0, memory_mb: int | None = 2048,
-                 max_output_bytes: int = 1 << 20, python: str | None = None) -> None:
+                 max_output_bytes: int = 1 << 20, python: str | None = None,
+                 network: bool | None = None) -> None:
         if not timeout or timeout <= 0:
             raise ConfigError(f"sandbox timeout must be > 0 seconds, got {timeout!r}")
         if memory_mb is not None and memory_mb < 64:
@@ -110,6 +137,15 @@ class PythonSandbox:
         self.python = python or sys.executable
         if shutil.which(self.python) is None and not Path(self.python).is_file():
             raise ConfigError(f"sandbox interpreter {self.python!r} not found")
+        prefix = None if network else _unshare_prefix()
+        if network is False and prefix is None:
+            raise ConfigError("network=False needs a network namespace (`unshare -n`), which this "
+                              "machine does not allow; pass network=None to run cells with it")
+        self._prefix: tuple[str, ...] = prefix or ()
+
+    @property
+    def network_isolated(self) -> bool:
+        return bool(self._prefix)
 
     def _prelude(self) -> str:
         address_space = None if self.memory_mb is None else self.memory_mb << 20
@@ -131,7 +167,7 @@ class PythonSandbox:
             script.write_text(self._prelude() + str(code), encoding="utf-8")
             out_path, err_path = Path(workdir, "stdout"), Path(workdir, "stderr")
             with open(out_path, "wb") as out, open(err_path, "wb") as err:
-                proc = subprocess.Popen([self.python, "-I", str(script)], cwd=workdir,
+                proc = subprocess.Popen([*self._prefix, self.python, "-I", str(script)], cwd=workdir,
                                         stdin=subprocess.DEVNULL, stdout=out, stderr=err,
                                         env=self._environment(workdir), start_new_session=True)
                 timed_out = False

@@ -135,6 +135,30 @@ def test_sandbox_cells_are_independent_and_leave_no_files(sandbox):
     assert "NameError" in sandbox.run("print(undefined_name)").feedback()
 
 
+def test_sandbox_cuts_cells_off_the_network_where_the_machine_allows_it():
+    import socket
+
+    from arlgym.envs.tir_math.sandbox import network_isolation_available
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    port = server.getsockname()[1]
+    code = (f"import socket\ntry:\n    socket.create_connection(('127.0.0.1', {port}), timeout=2)\n"
+            "    print('connected')\nexcept OSError as e:\n    print('refused', e.errno)")
+    try:
+        assert PythonSandbox(network=True).run(code).stdout.strip() == "connected"
+        if network_isolation_available():  # root, or unprivileged user namespaces (CI: root)
+            isolated = PythonSandbox(network=False)
+            assert isolated.network_isolated and PythonSandbox().network_isolated
+            assert isolated.run(code).stdout.strip() == "refused 101"  # ENETUNREACH
+        else:
+            with pytest.raises(ConfigError, match="network namespace"):
+                PythonSandbox(network=False)
+    finally:
+        server.close()
+
+
 def test_sandbox_rejects_bad_settings():
     with pytest.raises(ConfigError):
         PythonSandbox(timeout=0)
