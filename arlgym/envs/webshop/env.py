@@ -1,0 +1,197 @@
+"""``arl/WebShop-v0``: find and buy the product an instruction describes (paper §5, H.1.2).
+
+The agent searches (``search[query]``), pages through results, opens items, picks options and
+clicks ``buy now``; the episode ends at the purchase. Reward (ARLArena): 10 when the purchase
+scores 1.0, else 0, minus 0.1 for an invalid format; ``info["score"]`` is WebShop's partial
+purchase score (:func:`~arlgym.envs.webshop.reward.purchase_score`), ``won`` is score == 1.
+An action that is not ``search[...]``/``click[...]`` of an element on the page is a no-op with
+``action_valid=False``. 15 steps (Table 6), 2-turn history window.
+
+Data: a seeded synthetic catalog (1,000 products in WebShop's five categories, two goals each)
+by default, built in ~0.3 s and shared by every env in the process; ``data_dir=`` a folder with
+WebShop's ``items_shuffle_1000.json`` and ``items_ins_v2_1000.json`` (or the full-size files)
+loads the official products, with goals synthesised as WebShop does.
+
+Splits over the goal list (shuffled with WebShop's fixed seed 233, so they are the same in every
+process): ``test`` = the first 500 goals (WebShop / verl-agent), ``val`` = the next 100,
+``train`` = the rest. The anchor hashes the page state: goal, page, query, result page, item,
+chosen options, tab.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from pathlib import Path
+from typing import Any, ClassVar
+
+from arlgym.core.env import ActResult, AgentEnv, TaskSpec
+from arlgym.core.prompts import WEBSHOP, HistoryEntry, format_admissible, render_prompt
+from arlgym.envs.webshop.catalog import Catalog, generate_catalog, load_official_catalog
+from arlgym.envs.webshop.engine import RESULTS_PER_PAGE, ShopSession
+from arlgym.envs.webshop.search import BM25Index
+from arlgym.errors import ConfigError, TaskNotFound
+
+__all__ = ["WebShopEnv", "REWARD_WIN", "split_range"]
+
+REWARD_WIN = 10.0
+_TEST_GOALS, _VAL_GOALS = 500, 100
+_SPLIT_ALIASES = {"eval": "test", "validation": "val", "valid": "val"}
+_TASK_ID = re.compile(r"^goal-(\d+)$")
+_OFFICIAL_FILES = (("items_shuffle_1000.json", "items_ins_v2_1000.json"),
+                   ("items_shuffle.json", "items_ins_v2.json"))
+
+_CACHE: dict[tuple, tuple[Catalog, BM25Index]] = {}
+_CACHE_LOCK = threading.Lock()
+
+
+def _shop(data_dir: str | None, num_products: int, catalog_seed: int) -> tuple[Catalog, BM25Index]:
+    """The catalog and its search index, built once per process for each data source."""
+    key = (data_dir, num_products, catalog_seed)
+    with _CACHE_LOCK:
+        if key not in _CACHE:
+            if data_dir is None:
+                catalog = generate_catalog(num_products, catalog_seed)
+            else:
+                folder = Path(data_dir)
+                found = [(folder / a, folder / b) for a, b in _OFFICIAL_FILES
+                         if (folder / a).is_file() and (folder / b).is_file()]
+                if not found:
+                    raise ConfigError(f"{data_dir} holds neither items_shuffle_1000.json + "
+                                      "items_ins_v2_1000.json nor items_shuffle.json + items_ins_v2.json")
+                catalog = load_official_catalog(*found[0], seed=catalog_seed)
+            _CACHE[key] = (catalog, BM25Index(catalog.products))
+        return _CACHE[key]
+
+
+def split_range(split: str, num_goals: int) -> tuple[int, int]:
+    """Goal indices ``[low, high)`` of ``split``."""
+    split = _SPLIT_ALIASES.get(split, split)
+    test_end = min(_TEST_GOALS, num_goals // 2)
+    val_end = min(test_end + _VAL_GOALS, test_end + (num_goals - test_end) // 4)
+    ranges = {"test": (0, test_end), "val": (test_end, val_end), "train": (val_end, num_goals)}
+    if split not in ranges:
+        raise ConfigError(f"unknown split {split!r}; choose one of {sorted(ranges)}")
+    return ranges[split]
+
+
+class WebShopEnv(AgentEnv):
+    """Text WebShop; see the module docstring.
+
+    Args:
+        data_dir: folder with WebShop's official product files (``None``: synthetic catalog).
+        num_products: size of the synthetic catalog.
+        catalog_seed: seed of the synthetic catalog and of the goals' price bounds.
+        max_steps: steps per episode (Table 6: 15).
+        **kwargs: the :class:`~arlgym.core.env.AgentEnv` options.
+    """
+
+    default_max_steps: ClassVar[int] = 15
+
+    def __init__(self, data_dir: str | Path | None = None, num_products: int = 1000,
+                 catalog_seed: int = 0, max_steps: int | None = None, **kwargs: Any) -> None:
+        super().__init__(max_steps=max_steps, **kwargs)
+        if data_dir is not None and not Path(data_dir).is_dir():
+            raise ConfigError(f"data_dir {str(data_dir)!r} is not a folder")
+        self.catalog, self.index = _shop(None if data_dir is None else str(data_dir),
+                                         int(num_products), int(catalog_seed))
+        self.session: ShopSession | None = None
+        self.goal_index = -1
+        self._last_score = 0.0
+        self._searches = 0
+
+    # ------------------------------------------------------------------ tasks
+    def _load_task(self, seed: int | None, options: dict[str, Any]) -> TaskSpec:
+        goals = self.catalog.goals
+        if "task_id" in options:
+            match = _TASK_ID.match(str(options["task_id"]))
+            if not match or int(match.group(1)) >= len(goals):
+                raise TaskNotFound(f"task_id {options['task_id']!r} is not a goal id 'goal-<n>' "
+                                   f"with n < {len(goals)}")
+            index = int(match.group(1))
+        else:
+            low, high = split_range(options.get("split", "train"), len(goals))
+            index = int(self.np_random.integers(low, high))
+        self.goal_index = index
+        goal = goals[index]
+        self.session = ShopSession(self.catalog, self.index, goal)
+        self._last_score = 0.0
+        self._searches = 0
+        return TaskSpec(task_id=f"goal-{index}", observation=self.session.observation(),
+                        task_type=goal.category, description=goal.instruction)
+
+    def list_tasks(self, split: str = "test", limit: int | None = None) -> list[str]:
+        low, high = split_range(split, len(self.catalog.goals))
+        ids = [f"goal-{i}" for i in range(low, high)]
+        return ids if limit is None else ids[:limit]
+
+    # ------------------------------------------------------------------ hooks
+    def _act(self, action: str) -> ActResult:
+        assert self.session is not None
+        step = self.session.act(action)
+        if step.valid and self.session.page == "results" and action.strip().lower().startswith("search"):
+            self._searches += 1
+        if step.done:
+            assert step.score is not None
+            self._last_score = step.score.score
+            won = step.score.score >= 1.0
+            feedback = (f"You have bought {self.session.purchased}. Score: {step.score.score:.2f}")
+            return ActResult(feedback, REWARD_WIN if won else 0.0, True, True, action.strip())
+        return ActResult(self.session.observation(), 0.0, False, step.valid,
+                         action.strip() if step.valid else None)
+
+    def _noop_result(self, feedback: str) -> ActResult:
+        assert self.session is not None
+        return ActResult(self.session.observation(), 0.0, False, False, None)
+
+    def _anchor_state(self) -> Any:
+        assert self.session is not None
+        return self.session.state()
+
+    def _admissible(self) -> list[str]:
+        assert self.session is not None
+        return [] if self.session.purchased else self.session.admissible()
+
+    def _won(self) -> bool:
+        return self._last_score >= 1.0
+
+    def _score(self) -> float:
+        return self._last_score
+
+    def _prompt(self, history: list[HistoryEntry]) -> str:
+        assert self.session is not None
+        return render_prompt(WEBSHOP, current_observation=self.raw_observation, history=history,
+                             history_length=self.history_length,
+                             task_description=self.session.goal.instruction,
+                             admissible_actions=format_admissible(self._admissible()))
+
+    # ------------------------------------------------------------------ expert
+    def expert_action(self) -> str:
+        """What a shopper who knows the target product does next: search the request, page to
+        the target, open it, pick the goal's options, buy."""
+        s = self.session
+        assert s is not None
+        goal = s.goal
+        if s.page == "search":
+            # the request itself first; if the target was not among its results, its title
+            first = re.split(r" with |, and price", goal.instruction)[0]
+            return f"search[{first if self._searches == 0 else goal.name.lower()}]"
+        if s.page == "tab":
+            return "click[< prev]"
+        if s.page == "results":
+            on_page = [a for a in s.results[(s.page_no - 1) * RESULTS_PER_PAGE:][:RESULTS_PER_PAGE]]
+            if goal.asin in on_page:
+                return f"click[{goal.asin.lower()}]"
+            if goal.asin in s.results[s.page_no * RESULTS_PER_PAGE:]:
+                return "click[next >]"
+            return "click[back to search]"
+        if s.asin != goal.asin:
+            return "click[< prev]"
+        for name in sorted(goal.options):
+            if s.chosen.get(name) != goal.options[name] and goal.options[name] in s.clickables():
+                return f"click[{goal.options[name]}]"
+        return "click[buy now]"
+
+    def expert_response(self) -> str:
+        action = self.expert_action()
+        return f"<think>the target matches the request; next: {action}</think><action>{action}</action>"
