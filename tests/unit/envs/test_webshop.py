@@ -8,7 +8,13 @@ import numpy as np
 import pytest
 
 import arlgym  # noqa: F401
-from arlgym.envs.webshop.catalog import Goal, Product, generate_catalog, goals_for, load_official_catalog
+from arlgym.envs.webshop.catalog import (
+    Goal,
+    Product,
+    generate_catalog,
+    goals_for,
+    load_official_catalog,
+)
 from arlgym.envs.webshop.engine import parse_shop_action
 from arlgym.envs.webshop.env import REWARD_WIN, split_range
 from arlgym.envs.webshop.reward import purchase_score, token_set_ratio
