@@ -62,6 +62,17 @@ def test_grpo_step_on_tir_math_uses_the_tir_column(tmp_path):
         resolve_algorithm(cfg)
 
 
+def test_sampo_step_on_webshop_uses_the_webshop_column(tmp_path):
+    from arlgym.rl.trainer import resolve_algorithm
+
+    cfg = parse_train_config([*TINY, "--output_dir", str(tmp_path), "--env_id", "arl/WebShop-v0",
+                              "--algo", "sampo", "--max_steps", "1"])
+    algo = resolve_algorithm(cfg)
+    assert algo["filter"]["cold_start_steps"] == 5 and algo["advantage"]["name"] == "gigpo"
+    m = Trainer(cfg).train()[0]
+    assert m["step"] == 1 and m["samples"] >= 4 and torch.isfinite(torch.tensor(m["loss"]))
+
+
 def _weights(path):
     from safetensors.torch import load_file
 

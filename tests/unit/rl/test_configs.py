@@ -44,6 +44,11 @@ def test_paper_configs_carry_table6_values():
     assert (tir.num_tasks, tir.group_size, tir.max_new_tokens, tir.mini_batch_size) == (512, 5, 4096, 128)
     assert env_family(tir.env_id) == "tir_math" and tir.algo == "grpo" and tir.env_kwargs["max_steps"] == 5
     assert resolve_algorithm(tir)["kl_coef"] == 0.0
+    shop = parse_train_config(["--config", str(ROOT / "configs/paper/webshop-qwen3-4b.yaml")])
+    assert (shop.num_tasks, shop.group_size, shop.max_new_tokens, shop.mini_batch_size) == (16, 8, 512, 128)
+    assert env_family(shop.env_id) == "webshop" and shop.env_kwargs["max_steps"] == 15
+    shop.algo = "sampo"
+    assert resolve_algorithm(shop)["filter"]["cold_start_steps"] == 5
 
 
 @pytest.mark.parametrize("path", ACCELERATE_CONFIGS, ids=lambda p: p.name)
