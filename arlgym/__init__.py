@@ -35,6 +35,7 @@ ENV_IDS: dict[str, tuple[str, dict]] = {
     "arl/ALFWorld-v0": ("arlgym.envs.alfworld.env:ALFWorldEnv", {}),
     "arl/TIRMath-v0": ("arlgym.envs.tir_math.env:TIRMathEnv", {}),
     "arl/WebShop-v0": ("arlgym.envs.webshop.env:WebShopEnv", {}),
+    "arl/WebShopBrowser-v0": ("arlgym.envs.webshop.browser:WebShopBrowserEnv", {}),
 }
 
 

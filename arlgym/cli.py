@@ -174,7 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "0 keeps torch's default)")
     p.set_defaults(func=_cmd_quickstart)
 
-    for module in ("arlgym.envs.alfworld.cli",):
+    for module in ("arlgym.envs.alfworld.cli", "arlgym.envs.webshop.cli"):
         try:
             mod = importlib.import_module(module)
         except ImportError:

@@ -70,3 +70,20 @@ def peaked_model(tmp_path_factory):
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
     return str(path)
+
+
+@pytest.fixture(scope="session")
+def chromium() -> None:
+    """Skip a browser test on a machine without Chromium — except where the browser is part of
+    the job (CI sets ARLGYM_REQUIRE_CHROMIUM=1 after installing it): there a missing browser fails."""
+    import os
+
+    from arlgym.envs.webshop.browser import find_chrome
+    from arlgym.errors import ConfigError
+
+    try:
+        find_chrome()
+    except ConfigError as e:
+        if os.environ.get("ARLGYM_REQUIRE_CHROMIUM") == "1":
+            pytest.fail(str(e))
+        pytest.skip(str(e))

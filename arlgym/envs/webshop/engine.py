@@ -56,6 +56,7 @@ class ShopSession:
     chosen: dict[str, str] = field(default_factory=dict)
     tab: str | None = None
     purchased: str | None = None
+    result: ScoreBreakdown | None = None  # the purchase's score, once bought
 
     # ------------------------------------------------------------------ view
     @property
@@ -80,7 +81,7 @@ class ShopSession:
             product = self.product
             assert product is not None
             values = [v for vs in product.options.values() for v in vs]
-            return [BACK, PREV, *TABS, BUY, *dict.fromkeys(values)]
+            return [BACK, PREV, *dict.fromkeys(values), *TABS, BUY]  # page order
         return [BACK, PREV]
 
     def admissible(self) -> list[str]:
@@ -160,7 +161,8 @@ class ShopSession:
             product = self.product
             assert product is not None
             self.purchased = product.asin
-            return Step(valid=True, done=True, score=purchase_score(product, self.chosen, self.goal))
+            self.result = purchase_score(product, self.chosen, self.goal)
+            return Step(valid=True, done=True, score=self.result)
         else:  # an option value: select it under its option name
             product = self.product
             assert product is not None

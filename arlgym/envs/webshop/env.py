@@ -32,7 +32,7 @@ from arlgym.envs.webshop.engine import RESULTS_PER_PAGE, ShopSession
 from arlgym.envs.webshop.search import BM25Index
 from arlgym.errors import ConfigError, TaskNotFound
 
-__all__ = ["WebShopEnv", "REWARD_WIN", "split_range"]
+__all__ = ["WebShopEnv", "REWARD_WIN", "split_range", "load_shop"]
 
 REWARD_WIN = 10.0
 _TEST_GOALS, _VAL_GOALS = 500, 100
@@ -45,7 +45,7 @@ _CACHE: dict[tuple, tuple[Catalog, BM25Index]] = {}
 _CACHE_LOCK = threading.Lock()
 
 
-def _shop(data_dir: str | None, num_products: int, catalog_seed: int) -> tuple[Catalog, BM25Index]:
+def load_shop(data_dir: str | None, num_products: int, catalog_seed: int) -> tuple[Catalog, BM25Index]:
     """The catalog and its search index, built once per process for each data source."""
     key = (data_dir, num_products, catalog_seed)
     with _CACHE_LOCK:
@@ -93,7 +93,7 @@ class WebShopEnv(AgentEnv):
         super().__init__(max_steps=max_steps, **kwargs)
         if data_dir is not None and not Path(data_dir).is_dir():
             raise ConfigError(f"data_dir {str(data_dir)!r} is not a folder")
-        self.catalog, self.index = _shop(None if data_dir is None else str(data_dir),
+        self.catalog, self.index = load_shop(None if data_dir is None else str(data_dir),
                                          int(num_products), int(catalog_seed))
         self.session: ShopSession | None = None
         self.goal_index = -1

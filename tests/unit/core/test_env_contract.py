@@ -14,6 +14,13 @@ from arlgym import INFO_KEYS
 ENV_IDS = sorted(arlgym.ENV_IDS)
 
 
+@pytest.fixture(autouse=True)
+def _browser_needs_chromium(request):
+    callspec = getattr(request.node, "callspec", None)
+    if callspec is not None and "Browser" in callspec.params.get("env_id", ""):
+        request.getfixturevalue("chromium")
+
+
 @pytest.mark.parametrize("env_id", ENV_IDS)
 def test_check_env_without_warnings(env_id):
     env = gym.make(env_id)

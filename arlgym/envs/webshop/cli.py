@@ -1,0 +1,47 @@
+"""``arlgym webshop serve``: shop in your own browser on the same site the agents use."""
+
+from __future__ import annotations
+
+import argparse
+
+__all__ = ["add_subparser"]
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from arlgym.envs.webshop.engine import ShopSession
+    from arlgym.envs.webshop.env import load_shop, split_range
+    from arlgym.envs.webshop.server import ShopServer
+
+    catalog, index = load_shop(args.data_dir, args.num_products, args.catalog_seed)
+    low, high = split_range(args.split, len(catalog.goals))
+    rng = np.random.default_rng(args.seed)
+    server = ShopServer(host=args.host, port=args.port)
+    server.new_session_factory = lambda: ShopSession(catalog, index, catalog.goals[int(rng.integers(low, high))])
+    print(f"WebShop: {len(catalog.products)} products, {high - low} {args.split} goals. "
+          f"Open {server.url}/ (each visit: a new goal). Ctrl-C stops.")
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+def add_subparser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser("webshop", help="WebShop tools (serve the site)",
+                                   description="WebShop tools.")
+    sub = parser.add_subparsers(dest="webshop_command", required=True)
+    serve = sub.add_parser("serve", help="serve the shop on loopback for a person to use",
+                           description="Serve the WebShop site (the one arl/WebShopBrowser-v0 "
+                                       "drives) so a person can shop in a browser; each visit to "
+                                       "/ draws a new goal and shows its score after the purchase.")
+    serve.add_argument("--host", default="127.0.0.1", help="address (default: 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8765, help="port (default: 8765; 0: any free)")
+    serve.add_argument("--split", default="test", help="goal split (default: test)")
+    serve.add_argument("--data-dir", default=None, help="WebShop's product files (default: synthetic catalog)")
+    serve.add_argument("--num-products", type=int, default=1000, help="synthetic catalog size (default: 1000)")
+    serve.add_argument("--catalog-seed", type=int, default=0, help="synthetic catalog seed (default: 0)")
+    serve.add_argument("--seed", type=int, default=0, help="goal draw seed (default: 0)")
+    serve.set_defaults(func=_serve)
+    return parser
