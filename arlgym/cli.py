@@ -115,7 +115,7 @@ def _cmd_quickstart(args: argparse.Namespace) -> int:
     cfg = QuickstartConfig.fast() if args.fast else QuickstartConfig()
     if args.out:
         cfg.out = args.out
-    for name in ("episodes", "sft_minutes", "eval_episodes", "rl_steps", "threads"):
+    for name in ("episodes", "sft_minutes", "eval_episodes", "rl_steps", "threads", "sft_threads", "seed"):
         value = getattr(args, name)
         if value is not None:
             setattr(cfg, name, value)
@@ -164,14 +164,19 @@ def build_parser() -> argparse.ArgumentParser:
                                    "random / SFT / SFT+SAMPO table and saves curves.png.")
     p.add_argument("--fast", action="store_true", help="tiny settings (CI smoke run, ~2 min)")
     p.add_argument("--out", default=None, help="output folder (default: runs/quickstart)")
-    p.add_argument("--episodes", type=int, default=None, help="expert episodes (default: 2000)")
-    p.add_argument("--sft-minutes", type=float, default=None, help="SFT time budget in minutes (default: 6)")
+    p.add_argument("--episodes", type=int, default=None, help="expert episodes (default: 3000)")
+    p.add_argument("--sft-minutes", type=float, default=None, help="SFT time budget in minutes (default: 7)")
     p.add_argument("--eval-episodes", type=int, default=None, help="held-out rooms (default: 100)")
     p.add_argument("--rl-steps", type=int, default=None, help="SAMPO steps (default: 6)")
     p.add_argument("--threads", type=int, default=None,
                    help="torch CPU threads (default: 1; the tiny model's matrices gain little "
                         "from more, and on a busy machine extra threads stall each other; "
                         "0 keeps torch's default)")
+    p.add_argument("--sft-threads", type=int, default=None,
+                   help="torch CPU threads of the SFT phase (default: 2; its batches are large "
+                        "enough to split)")
+    p.add_argument("--seed", type=int, default=None,
+                   help="seeds the expert rooms, the model init, batch order and the RL run (default: 0)")
     p.set_defaults(func=_cmd_quickstart)
 
     for module in ("arlgym.envs.alfworld.cli", "arlgym.envs.webshop.cli"):
