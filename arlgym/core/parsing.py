@@ -229,13 +229,22 @@ def extract_boxed(text: object) -> str | None:
 
 
 def _last_boxed(text: str) -> tuple[int, str] | None:
-    """(where it starts, content) of the last complete ``\\boxed{...}`` in ``text``."""
-    found = None
-    for match in _BOXED_OPEN.finditer(text):
-        depth = 1
-        for i in range(match.end(), len(text)):
-            depth += {"{": 1, "}": -1}.get(text[i], 0)
-            if depth == 0:
-                found = (match.start(), text[match.end() : i].strip())
-                break
-    return found
+    """(where it starts, content) of the last complete ``\\boxed{...}`` in ``text``.
+
+    One pass over the text pairs every brace (a stack), so adversarial input such as thousands
+    of nested ``\\boxed{`` stays linear."""
+    opens = [m for m in _BOXED_OPEN.finditer(text)]
+    if not opens:
+        return None
+    closing: dict[int, int] = {}
+    stack: list[int] = []
+    for i, ch in enumerate(text):
+        if ch == "{":
+            stack.append(i)
+        elif ch == "}" and stack:
+            closing[stack.pop()] = i
+    for match in reversed(opens):
+        end = closing.get(match.end() - 1)
+        if end is not None:
+            return match.start(), text[match.end() : end].strip()
+    return None

@@ -101,3 +101,26 @@ def test_fuzz_wellformed_roundtrip(think, action):
     strict = parse_response(text)
     has_cjk = any("\u4e00" <= ch <= "\u9fff" for ch in text)
     assert strict.format_valid is not has_cjk
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.text(alphabet=st.sampled_from(list("`{}\\boxedpythn\n x1")) | st.characters(), max_size=200))
+def test_tir_parser_fuzz_never_raises_and_is_consistent(text):
+    from arlgym.core.parsing import parse_tir_response
+
+    r = parse_tir_response(text)
+    assert (r.error is None) == r.format_valid
+    assert r.error is None or r.error in FORMAT_ERRORS
+    if r.format_valid:
+        assert r.action and r.action.strip()
+
+
+def test_tir_parser_is_linear_on_adversarial_input():
+    import time
+
+    from arlgym.core.parsing import parse_tir_response
+
+    t = time.perf_counter()
+    r = parse_tir_response("\\boxed{" * 20000 + "```" * 20000)  # ~200 kB of openers, no closer
+    assert time.perf_counter() - t < 0.5
+    assert not r.format_valid and r.error == "no_code_or_answer"
