@@ -36,17 +36,20 @@ class TokenizedSample:
 BUDGET_SLACK = 0.1
 
 
-def budget_horizon(step: int, elapsed_s: float, budget_s: float, total: int, current: int) -> int:
-    """The cosine horizon (in steps) after ``step`` steps took ``elapsed_s``.
+def budget_horizon(step: int, elapsed_s: float, per_step_s: float, budget_s: float, total: int,
+                   current: int) -> int:
+    """The cosine horizon (in steps) after ``step`` steps took ``elapsed_s``, at a pace of
+    ``per_step_s`` seconds a step now.
 
-    Unchanged while the projected end of ``current`` stays within the budget plus
-    :data:`BUDGET_SLACK` — so a run that fits is bit-for-bit reproducible, its schedule never
-    nudged by timing noise; otherwise shrunk to the steps the budget allows at this pace.
+    The run's end is projected as elapsed time plus the remaining steps at the current pace
+    (the caller measures the pace after the first steps, which are slow: allocation, warm-up,
+    a busy machine at start). The horizon is unchanged while that end stays within the budget
+    plus :data:`BUDGET_SLACK` — so a run that fits is bit-for-bit reproducible, its schedule never
+    nudged by timing noise; otherwise it is shrunk to the steps the rest of the budget allows.
     """
-    per_step = elapsed_s / max(1, step)
-    if per_step * current <= budget_s * (1 + BUDGET_SLACK):
+    if elapsed_s + per_step_s * (current - step) <= budget_s * (1 + BUDGET_SLACK):
         return current
-    return max(step + 1, min(total, int(budget_s / per_step)))
+    return max(step + 1, min(total, step + int(max(0.0, budget_s - elapsed_s) / per_step_s)))
 
 
 def tokenize_samples(samples: list[dict[str, Any]], tokenizer: Any) -> list[TokenizedSample]:
@@ -147,8 +150,8 @@ def train_prefix_sft(cfg: Any, samples: list[dict[str, Any]]) -> dict[str, Any]:
     total = cfg.max_steps if cfg.max_steps > 0 else math.ceil(cfg.epochs * steps_per_epoch)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     # With a time budget the number of steps may not fit: from step 50 on the horizon is
-    # re-estimated from the measured pace (see budget_horizon), so the cosine decay ends when
-    # the budget does instead of being cut off half way.
+    # re-estimated from the pace measured since step 10 (see budget_horizon), so the cosine
+    # decay ends when the budget does instead of being cut off half way.
     horizon = {"total": total}
     warm = max(1, int(cfg.warmup_ratio * total))
 
@@ -164,6 +167,7 @@ def train_prefix_sft(cfg: Any, samples: list[dict[str, Any]]) -> dict[str, Any]:
     gen = torch.Generator().manual_seed(cfg.seed)
     log: list[dict[str, float]] = []
     started = time.perf_counter()
+    pace_from: tuple[int, float] | None = None  # (step, time) where the pace is measured from
     step = 0
     bar = tqdm(total=total, desc="sft (shared prefix)", disable=not cfg.progress)
     running = 0.0
@@ -185,9 +189,13 @@ def train_prefix_sft(cfg: Any, samples: list[dict[str, Any]]) -> dict[str, Any]:
             sched.step()
             opt.zero_grad(set_to_none=True)
             step += 1
-            if cfg.time_budget_minutes and step % 50 == 0:
+            if step == 10:
+                pace_from = (step, time.perf_counter())
+            if cfg.time_budget_minutes and step % 50 == 0 and pace_from is not None:
                 # re-estimated as it goes: step time drifts with sequence lengths and load
-                horizon["total"] = budget_horizon(step, time.perf_counter() - started,
+                now = time.perf_counter()
+                pace = (now - pace_from[1]) / (step - pace_from[0])
+                horizon["total"] = budget_horizon(step, now - started, pace,
                                                   cfg.time_budget_minutes * 60, total, horizon["total"])
             running += float(loss.detach())
             if step % cfg.logging_steps == 0 or step == total:

@@ -55,12 +55,15 @@ def test_prefix_engine_trains_and_saves(tmp_path):
 def test_budget_horizon_keeps_a_run_that_fits_and_shrinks_one_that_does_not():
     from arlgym.sft.prefix_sft import budget_horizon
 
-    # 50 steps in 28 s = 0.56 s/step; 615 steps -> 344 s, inside a 360 s budget: unchanged
-    assert budget_horizon(50, 28.0, 360.0, 615, 615) == 615
-    # 0.63 s/step -> 387 s: over the budget but within its 10% slack (396 s): still unchanged,
-    # so timing noise near the edge never nudges the schedule
-    assert budget_horizon(50, 31.5, 360.0, 615, 615) == 615
-    # 1 s/step -> 615 s, far over: shrunk to what 360 s allow
-    assert budget_horizon(50, 50.0, 360.0, 615, 615) == 360
-    # never below the steps already done
-    assert budget_horizon(400, 4000.0, 360.0, 615, 615) == 401
+    # 50 steps in 28 s at 0.56 s/step: 28 + 565 * 0.56 = 344.4 s, inside 360 s: unchanged
+    assert budget_horizon(50, 28.0, 0.56, 360.0, 615, 615) == 615
+    # 0.63 s/step: 31.5 + 565 * 0.63 = 387.5 s, over 360 s but within its 10% slack (396 s):
+    # still unchanged, so timing noise near the edge never nudges the schedule
+    assert budget_horizon(50, 31.5, 0.63, 360.0, 615, 615) == 615
+    # a slow start does not count against the run: 50 steps took 60 s (the first ones were
+    # slow) but the pace is now 0.5 s/step: 60 + 565 * 0.5 = 342.5 s: unchanged
+    assert budget_horizon(50, 60.0, 0.5, 360.0, 615, 615) == 615
+    # 1 s/step, far over: shrunk to what the remaining 310 s allow: 50 + 310 = 360 steps
+    assert budget_horizon(50, 50.0, 1.0, 360.0, 615, 615) == 360
+    # never below the steps already done, even past the budget
+    assert budget_horizon(400, 4000.0, 10.0, 360.0, 615, 615) == 401
