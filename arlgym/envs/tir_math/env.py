@@ -43,6 +43,7 @@ from arlgym.core.parsing import (
 from arlgym.core.prompts import TIR_MATH, HistoryEntry
 from arlgym.envs.tir_math.answers import answers_match
 from arlgym.envs.tir_math.problems import (
+    FAMILIES,
     SPLIT_SEED_RANGES,
     MathProblem,
     generate_problem,
@@ -111,8 +112,6 @@ class TIRMathEnv(AgentEnv):
             raise ConfigError(f"response_format must be 'tir' or 'tags', got {response_format!r}")
         if not isinstance(max_obs_chars, int) or max_obs_chars < 16:
             raise ConfigError(f"max_obs_chars must be an int >= 16, got {max_obs_chars!r}")
-        from arlgym.envs.tir_math.problems import FAMILIES
-
         if families is not None:
             unknown = sorted(set(families) - set(FAMILIES))
             if unknown or not families:

@@ -63,7 +63,7 @@ class ShopSession:
     def product(self) -> Product | None:
         return self.catalog.by_asin.get(self.asin) if self.asin else None
 
-    def _page_results(self) -> list[str]:
+    def page_results(self) -> list[str]:
         start = (self.page_no - 1) * RESULTS_PER_PAGE
         return self.results[start : start + RESULTS_PER_PAGE]
 
@@ -76,7 +76,7 @@ class ShopSession:
                 out.append(PREV)
             if self.page_no * RESULTS_PER_PAGE < len(self.results):
                 out.append(NEXT)
-            return out + [a.lower() for a in self._page_results()]
+            return out + [a.lower() for a in self.page_results()]
         if self.page == "item":
             product = self.product
             assert product is not None
@@ -95,7 +95,7 @@ class ShopSession:
             parts = [BACK.title(), f"Page {self.page_no} (Total results: {len(self.results)})"]
             parts += [PREV.title()] if self.page_no > 1 else []
             parts += ["Next >"] if self.page_no * RESULTS_PER_PAGE < len(self.results) else []
-            for asin in self._page_results():
+            for asin in self.page_results():
                 p = self.catalog.by_asin[asin]
                 parts += [asin, p.name, f"${p.price:.2f}"]
             if not self.results:
@@ -153,7 +153,7 @@ class ShopSession:
             else:
                 self.page, self.tab = "item", None
         elif self.page == "results":
-            self.asin = next(a for a in self._page_results() if a.lower() == arg)
+            self.asin = next(a for a in self.page_results() if a.lower() == arg)
             self.page, self.chosen = "item", {}
         elif arg in TABS:
             self.page, self.tab = "tab", arg

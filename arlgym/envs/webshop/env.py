@@ -179,8 +179,7 @@ class WebShopEnv(AgentEnv):
         if s.page == "tab":
             return "click[< prev]"
         if s.page == "results":
-            on_page = [a for a in s.results[(s.page_no - 1) * RESULTS_PER_PAGE:][:RESULTS_PER_PAGE]]
-            if goal.asin in on_page:
+            if goal.asin in s.page_results():
                 return f"click[{goal.asin.lower()}]"
             if goal.asin in s.results[s.page_no * RESULTS_PER_PAGE:]:
                 return "click[next >]"
