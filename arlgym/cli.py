@@ -109,6 +109,36 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_patterns(args: argparse.Namespace) -> int:
+    import json
+    from pathlib import Path
+
+    from arlgym.errors import ConfigError
+    from arlgym.evaluation.patterns import format_patterns, pattern_report, plot_transitions
+    from arlgym.rollout import load_jsonl
+
+    path = Path(args.episodes)
+    if not path.is_file():
+        raise ConfigError(f"{path} does not exist; give the episodes JSONL that `arlgym eval` wrote")
+    trajectories = load_jsonl(path)
+    if not trajectories:
+        raise ConfigError(f"{path} holds no episode")
+    report = pattern_report(trajectories)
+    print(format_patterns(report))
+    stem = path.with_suffix("")
+    png = plot_transitions(report, args.out or f"{stem}.patterns.png")
+    Path(f"{stem}.patterns.json").write_text(json.dumps(_jsonable(report), indent=2))
+    print(f"transitions: {png}\nreport:      {stem}.patterns.json")
+    return 0
+
+
+def _jsonable(value: Any) -> Any:
+    """Counters keyed by (a, b) pairs as {"a -> b": n}, recursively."""
+    if isinstance(value, dict):
+        return {(" -> ".join(k) if isinstance(k, tuple) else k): _jsonable(v) for k, v in value.items()}
+    return value
+
+
 def _cmd_quickstart(args: argparse.Namespace) -> int:
     from arlgym.quickstart import QuickstartConfig, run_quickstart
 
@@ -156,6 +186,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="episodes per task, for pass@k (default: 1)")
     p.add_argument("--seed", type=int, default=0, help="sampling seed (default: 0)")
     p.set_defaults(func=_cmd_eval)
+
+    p = sub.add_parser("patterns", help="failure patterns of evaluated episodes (action flows, failure modes)",
+                       description="Read the episodes JSONL of `arlgym eval`, print the action "
+                                   "types of won and lost episodes, their most frequent "
+                                   "transitions and how the lost ones failed (format collapse, "
+                                   "invalid actions, loop, wrong final action, out of steps); "
+                                   "save a transition heat map PNG and a JSON report next to it.")
+    p.add_argument("episodes", help="episodes JSONL written by `arlgym eval`")
+    p.add_argument("--out", default=None, help="PNG path (default: <episodes>.patterns.png)")
+    p.set_defaults(func=_cmd_patterns)
 
     p = sub.add_parser("quickstart", help="expert demos -> SFT -> eval -> SAMPO -> eval (Sokoban, tiny, CPU)",
                        description="The whole pipeline offline on CPU: collect expert Sokoban "
