@@ -46,6 +46,7 @@ bench: install-dev
 	$(PY) bench/bench_trl_grpo.py
 	$(PY) bench/bench_shared_prompt.py
 	$(PY) bench/bench_old_logprobs.py
+	$(PY) bench/bench_tir_sandbox.py
 
 lint: install-dev
 	$(VENV)/bin/ruff check arlgym tests bench

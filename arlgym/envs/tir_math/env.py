@@ -79,6 +79,8 @@ class TIRMathEnv(AgentEnv):
         sandbox_memory_mb: address-space limit of a cell (``None``: unlimited).
         sandbox_network: cells without network (``False``), with (``True``), or without where
             the machine allows it (``None``, default).
+        sandbox_engine: ``"auto"`` (fork from a warm interpreter where possible), ``"fork"`` or
+            ``"subprocess"``; see :class:`PythonSandbox`.
         max_obs_chars: code output shown to the agent is cut here (ARLArena: 512).
         end_on_void_turn: a turn with neither code nor answer ends the episode (ARLArena).
         response_format: ``"tir"`` (paper: code blocks and ``\\boxed{}``) or ``"tags"``
@@ -99,6 +101,7 @@ class TIRMathEnv(AgentEnv):
         sandbox_timeout: float = 5.0,
         sandbox_memory_mb: int | None = 2048,
         sandbox_network: bool | None = None,
+        sandbox_engine: str = "auto",
         max_obs_chars: int = 512,
         end_on_void_turn: bool = True,
         response_format: Literal["tir", "tags"] = "tir",
@@ -118,7 +121,7 @@ class TIRMathEnv(AgentEnv):
                 raise ConfigError(f"unknown problem families {unknown}; choose from {sorted(FAMILIES)}")
         self.families = None if families is None else tuple(families)
         self.sandbox = PythonSandbox(timeout=sandbox_timeout, memory_mb=sandbox_memory_mb,
-                                     network=sandbox_network)
+                                     network=sandbox_network, engine=sandbox_engine)
         self.max_obs_chars = max_obs_chars
         self.end_on_void_turn = bool(end_on_void_turn)
         self.response_format = response_format

@@ -1,15 +1,17 @@
-"""A local Python sandbox for tool-integrated reasoning: one fresh subprocess per code cell.
+"""A local Python sandbox for tool-integrated reasoning: a fresh process per code cell.
 
 ARLArena's sandbox is a FastAPI service that runs ``python3 main.py`` in a temp dir with a
 wall-clock timeout — its Firejail isolation is commented out — and its client sleeps 2 s after
-every call. Here a cell runs in a fresh interpreter, with no server and no sleep:
+every call. Here a cell runs in a fresh process, with no HTTP service and no sleep — forked from
+a warm interpreter that has numpy and sympy imported (``engine="fork"``, the default on Linux;
+:mod:`~arlgym.envs.tir_math.forkserver`) or a new ``python -I`` (``engine="subprocess"``):
 
 * a private temporary working directory (on ``/dev/shm`` when there is one), removed afterwards;
 * isolated mode (``python -I``: no user site, no ``PYTHON*`` variables) and a stripped
   environment (no proxies, one BLAS thread);
-* resource limits set before the cell runs: CPU seconds, address space, file size (stdout and
-  stderr go to files, so an endless ``print`` loop stops at the file-size limit instead of
-  filling memory), no core dumps;
+* resource limits set before the cell runs: CPU seconds, address space (with the fork engine:
+  on top of what the warm interpreter maps), file size (stdout and stderr go to files, so an
+  endless ``print`` loop stops at the file-size limit instead of filling memory), no core dumps;
 * a wall-clock timeout that kills the cell's whole process group;
 * no network, where the machine allows a network namespace (``unshare -n``: root, or
   unprivileged user namespaces); see :func:`network_isolation_available`.
@@ -27,11 +29,14 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import warnings
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+from arlgym.envs.tir_math.forkserver import ForkServer, ForkServerError
 from arlgym.errors import ConfigError
 
 __all__ = ["ExecutionResult", "PythonSandbox", "PRELUDE", "network_isolation_available"]
@@ -106,6 +111,25 @@ def network_isolation_available() -> bool:
     return _unshare_prefix() is not None
 
 
+_SERVERS: dict[tuple, ForkServer] = {}
+_SERVERS_LOCK = threading.Lock()
+
+
+def _fork_server(prefix: tuple[str, ...], python: str, env: dict[str, str]) -> ForkServer:
+    """The process's fork server for this interpreter and isolation (started on first use)."""
+    key = (prefix, python)
+    with _SERVERS_LOCK:
+        server = _SERVERS.get(key)
+        if server is None or not server.alive:
+            server = _SERVERS[key] = ForkServer(prefix, python, env)
+        return server
+
+
+def fork_engine_available() -> bool:
+    """The fork engine needs ``os.fork`` and ``os.pidfd_open`` (Linux ≥ 5.3)."""
+    return hasattr(os, "fork") and hasattr(os, "pidfd_open") and sys.platform.startswith("linux")
+
+
 def _scratch_root() -> str | None:
     shm = Path("/dev/shm")
     return str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None
@@ -122,11 +146,14 @@ class PythonSandbox:
             environment are importable in cells.
         network: ``False`` cuts cells off the network (an error where that is impossible),
             ``True`` leaves it, ``None`` (default) cuts it where possible.
+        engine: ``"fork"`` (cells forked from a warm interpreter with numpy/sympy imported,
+            shared by every sandbox of the process), ``"subprocess"`` (a new interpreter per
+            cell) or ``"auto"`` (fork where available).
     """
 
     def __init__(self, timeout: float = 5.0, memory_mb: int | None = 2048,
                  max_output_bytes: int = 1 << 20, python: str | None = None,
-                 network: bool | None = None) -> None:
+                 network: bool | None = None, engine: str = "auto") -> None:
         if not timeout or timeout <= 0:
             raise ConfigError(f"sandbox timeout must be > 0 seconds, got {timeout!r}")
         if memory_mb is not None and memory_mb < 64:
@@ -142,6 +169,12 @@ class PythonSandbox:
             raise ConfigError("network=False needs a network namespace (`unshare -n`), which this "
                               "machine does not allow; pass network=None to run cells with it")
         self._prefix: tuple[str, ...] = prefix or ()
+        if engine not in ("auto", "fork", "subprocess"):
+            raise ConfigError(f"sandbox engine must be 'auto', 'fork' or 'subprocess', got {engine!r}")
+        if engine == "fork" and not fork_engine_available():
+            raise ConfigError("the fork engine needs Linux (os.fork and os.pidfd_open); use engine='subprocess'")
+        self.engine = "fork" if engine == "auto" and fork_engine_available() else (
+            "subprocess" if engine == "auto" else engine)
 
     @property
     def network_isolated(self) -> bool:
@@ -163,24 +196,44 @@ class PythonSandbox:
         workdir = tempfile.mkdtemp(prefix="arlgym-cell-", dir=_scratch_root())
         started = time.perf_counter()
         try:
-            script = Path(workdir, "main.py")
-            script.write_text(self._prelude() + str(code), encoding="utf-8")
-            out_path, err_path = Path(workdir, "stdout"), Path(workdir, "stderr")
-            with open(out_path, "wb") as out, open(err_path, "wb") as err:
-                proc = subprocess.Popen([*self._prefix, self.python, "-I", str(script)], cwd=workdir,
-                                        stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                                        env=self._environment(workdir), start_new_session=True)
-                timed_out = False
+            if self.engine == "fork":
                 try:
-                    proc.wait(timeout=self.timeout)
-                except subprocess.TimeoutExpired:
-                    timed_out = True
-                    self._kill(proc)
-            return ExecutionResult(stdout=self._read(out_path), stderr=self._read(err_path),
-                                   returncode=None if timed_out else proc.returncode,
-                                   timed_out=timed_out, seconds=time.perf_counter() - started)
+                    returncode, timed_out = self._run_forked(code, workdir)
+                except ForkServerError as e:
+                    warnings.warn(f"TIR sandbox: {e}; running cells as subprocesses from now on",
+                                  RuntimeWarning, stacklevel=2)
+                    self.engine = "subprocess"
+                    returncode, timed_out = self._run_subprocess(code, workdir)
+            else:
+                returncode, timed_out = self._run_subprocess(code, workdir)
+            return ExecutionResult(stdout=self._read(Path(workdir, "stdout")),
+                                   stderr=self._read(Path(workdir, "stderr")),
+                                   returncode=returncode, timed_out=timed_out,
+                                   seconds=time.perf_counter() - started)
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
+
+    def _run_forked(self, code: str, workdir: str) -> tuple[int | None, bool]:
+        Path(workdir, "main.py").write_text(str(code), encoding="utf-8")
+        server = _fork_server(self._prefix, self.python, self._environment(workdir))
+        limits = {"RLIMIT_CPU": int(self.timeout) + 1,
+                  "RLIMIT_AS": None if self.memory_mb is None else self.memory_mb << 20,
+                  "RLIMIT_FSIZE": self.max_output_bytes, "RLIMIT_CORE": 0}
+        return server.run(Path(workdir), self.timeout, limits)
+
+    def _run_subprocess(self, code: str, workdir: str) -> tuple[int | None, bool]:
+        script = Path(workdir, "main.py")
+        script.write_text(self._prelude() + str(code), encoding="utf-8")
+        with open(Path(workdir, "stdout"), "wb") as out, open(Path(workdir, "stderr"), "wb") as err:
+            proc = subprocess.Popen([*self._prefix, self.python, "-I", str(script)], cwd=workdir,
+                                    stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                                    env=self._environment(workdir), start_new_session=True)
+            try:
+                proc.wait(timeout=self.timeout)
+            except subprocess.TimeoutExpired:
+                self._kill(proc)
+                return None, True
+        return proc.returncode, False
 
     def _read(self, path: Path) -> str:
         with open(path, "rb") as f:

@@ -83,9 +83,41 @@ def test_normalise_answer_strips_latex_noise():
 
 
 # ------------------------------------------------------------------------- sandbox
-@pytest.fixture(scope="module")
-def sandbox():
-    return PythonSandbox(timeout=2.0, memory_mb=512, max_output_bytes=4096)
+@pytest.fixture(scope="module", params=["fork", "subprocess"])
+def sandbox(request):
+    return PythonSandbox(timeout=2.0, memory_mb=512, max_output_bytes=4096, engine=request.param)
+
+
+def test_fork_engine_preloads_and_reseeds_each_cell():
+    fork = PythonSandbox(engine="fork")
+    assert fork.engine == "fork" and PythonSandbox().engine == "fork"  # the default on Linux
+    fork.run("print(1)")  # starts the shared server (imports numpy and sympy once)
+    r = fork.run("import sys; print('sympy' in sys.modules, 'numpy' in sys.modules)")
+    assert r.stdout.split() == ["True", "True"]
+    draws = {fork.run("import random, numpy; print(random.random(), numpy.random.rand())").stdout
+             for _ in range(3)}
+    assert len(draws) == 3  # not the server's RNG state copied into every cell
+
+
+def test_a_dead_fork_server_is_restarted_and_a_failing_one_falls_back(monkeypatch):
+    from arlgym.envs.tir_math import sandbox as sandbox_module
+    from arlgym.envs.tir_math.forkserver import ForkServer, ForkServerError
+
+    box = PythonSandbox(engine="fork", network=True)
+    assert box.run("print(2 + 2)").stdout.strip() == "4"
+    server = sandbox_module._SERVERS[((), box.python)]
+    server._proc.kill()
+    server._proc.wait()
+    assert box.run("print(3 + 3)").stdout.strip() == "6"  # killed between cells: a new server
+    assert sandbox_module._SERVERS[((), box.python)] is not server and box.engine == "fork"
+
+    def broken(*args, **kwargs):
+        raise ForkServerError("the fork server did not answer")
+
+    monkeypatch.setattr(ForkServer, "run", broken)
+    with pytest.warns(RuntimeWarning, match="did not answer"):
+        r = box.run("print(4 + 4)")
+    assert r.stdout.strip() == "8" and box.engine == "subprocess"  # this and later cells
 
 
 def test_sandbox_runs_code_and_final_answer_prints_boxed(sandbox):
@@ -164,6 +196,8 @@ def test_sandbox_rejects_bad_settings():
         PythonSandbox(timeout=0)
     with pytest.raises(ConfigError):
         PythonSandbox(memory_mb=1)
+    with pytest.raises(ConfigError, match="engine"):
+        PythonSandbox(engine="docker")
 
 
 # ------------------------------------------------------------------------- problems
