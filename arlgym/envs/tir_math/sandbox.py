@@ -116,8 +116,11 @@ _SERVERS_LOCK = threading.Lock()
 
 
 def _fork_server(prefix: tuple[str, ...], python: str, env: dict[str, str]) -> ForkServer:
-    """The process's fork server for this interpreter and isolation (started on first use)."""
-    key = (prefix, python)
+    """The process's fork server for this interpreter and isolation (started on first use).
+
+    Keyed by pid as well: a worker forked from this process must not write to its parent's
+    server pipe (whose reader thread did not survive the fork)."""
+    key = (os.getpid(), prefix, python)
     with _SERVERS_LOCK:
         server = _SERVERS.get(key)
         if server is None or not server.alive:

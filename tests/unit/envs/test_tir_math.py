@@ -105,11 +105,11 @@ def test_a_dead_fork_server_is_restarted_and_a_failing_one_falls_back(monkeypatc
 
     box = PythonSandbox(engine="fork", network=True)
     assert box.run("print(2 + 2)").stdout.strip() == "4"
-    server = sandbox_module._SERVERS[((), box.python)]
+    server = sandbox_module._SERVERS[(os.getpid(), (), box.python)]
     server._proc.kill()
     server._proc.wait()
     assert box.run("print(3 + 3)").stdout.strip() == "6"  # killed between cells: a new server
-    assert sandbox_module._SERVERS[((), box.python)] is not server and box.engine == "fork"
+    assert sandbox_module._SERVERS[(os.getpid(), (), box.python)] is not server and box.engine == "fork"
 
     def broken(*args, **kwargs):
         raise ForkServerError("the fork server did not answer")
