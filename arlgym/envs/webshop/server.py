@@ -17,6 +17,7 @@ from typing import Any
 from urllib.parse import quote
 
 from arlgym.envs.webshop.engine import SEP, ShopSession
+from arlgym.errors import ConfigError
 
 __all__ = ["ShopServer", "shared_server", "render_page"]
 
@@ -59,8 +60,11 @@ class ShopServer:
     def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
         import logging
 
-        from flask import Flask, abort, redirect, request
-        from werkzeug.serving import make_server
+        try:
+            from flask import Flask, abort, redirect, request
+            from werkzeug.serving import make_server
+        except ImportError as e:
+            raise ConfigError("the WebShop site needs Flask: pip install 'arlgym[webshop]'") from e
 
         logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no line per request
 
