@@ -141,9 +141,10 @@ def _root_power_sum(rng: np.random.Generator) -> tuple[str, str, str]:
     s = [2, p]
     for _ in range(2, k + 1):
         s.append(p * s[-1] - q * s[-2])
-    code = ("from sympy import symbols, solve, expand, simplify\nx = symbols('x')\n"
-            f"r = solve(x**2 - ({p})*x + ({q}), x)\n"
-            f"final_answer(simplify(expand(sum(root**{k} for root in r))))")
+    # roots() keeps multiplicities (solve() would list a double root once)
+    code = ("from sympy import symbols, roots, expand, simplify\nx = symbols('x')\n"
+            f"r = roots(x**2 - ({p})*x + ({q}), x)\n"
+            f"final_answer(simplify(expand(sum(m * root**{k} for root, m in r.items()))))")
     return (f"Let r and s be the roots of x^2 - ({p})x + ({q}) = 0. What is r^{k} + s^{k}?",
             str(s[k]), code)
 

@@ -213,6 +213,14 @@ def test_every_family_reference_script_computes_the_reference_answer(family):
             problem.question, problem.answer, out.stdout)
 
 
+def test_double_roots_count_twice_in_power_sums():
+    # tir-997025220: x^2 - 12x + 36 = (x - 6)^2, so r^2 + s^2 = 36 + 36 (solve() lists 6 once)
+    problem = generate_problem(997025220)
+    assert problem.family == "root_power_sum" and problem.answer == "72"
+    out = PythonSandbox(timeout=20).run(problem.solution_code)
+    assert extract_boxed(out.stdout) == "72"
+
+
 def test_generated_problems_are_deterministic_and_varied():
     a = [generate_problem(s) for s in range(50)]
     assert a == [generate_problem(s) for s in range(50)]
