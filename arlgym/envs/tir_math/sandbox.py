@@ -128,9 +128,16 @@ def _fork_server(prefix: tuple[str, ...], python: str, env: dict[str, str]) -> F
         return server
 
 
+@cache
 def fork_engine_available() -> bool:
-    """The fork engine needs ``os.fork`` and ``os.pidfd_open`` (Linux ≥ 5.3)."""
-    return hasattr(os, "fork") and hasattr(os, "pidfd_open") and sys.platform.startswith("linux")
+    """The fork engine needs ``os.fork`` and a working ``os.pidfd_open`` (Linux ≥ 5.3)."""
+    if not (hasattr(os, "fork") and hasattr(os, "pidfd_open") and sys.platform.startswith("linux")):
+        return False
+    try:
+        os.close(os.pidfd_open(os.getpid()))
+    except OSError:  # an older kernel
+        return False
+    return True
 
 
 def _scratch_root() -> str | None:
