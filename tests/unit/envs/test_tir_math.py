@@ -13,7 +13,7 @@ from arlgym.core.parsing import extract_boxed, parse_tir_response, truncate_afte
 from arlgym.envs.tir_math.answers import answers_match, normalise_answer
 from arlgym.envs.tir_math.env import TIRMathEnv
 from arlgym.envs.tir_math.problems import FAMILIES, generate_problem, load_problems
-from arlgym.envs.tir_math.sandbox import PythonSandbox
+from arlgym.envs.tir_math.sandbox import PythonSandbox, fork_engine_available
 from arlgym.errors import ConfigError, TaskNotFound
 
 CODE = "I'll compute it.\n```python\nprint(6 * 7)\n```\n"
@@ -83,11 +83,17 @@ def test_normalise_answer_strips_latex_noise():
 
 
 # ------------------------------------------------------------------------- sandbox
+needs_fork = pytest.mark.skipif(not fork_engine_available(), reason="the fork engine needs Linux >= 5.3")
+
+
 @pytest.fixture(scope="module", params=["fork", "subprocess"])
 def sandbox(request):
+    if request.param == "fork" and not fork_engine_available():
+        pytest.skip("the fork engine needs Linux >= 5.3 (pidfd_open)")
     return PythonSandbox(timeout=2.0, memory_mb=512, max_output_bytes=4096, engine=request.param)
 
 
+@needs_fork
 def test_fork_engine_preloads_and_reseeds_each_cell():
     fork = PythonSandbox(engine="fork")
     assert fork.engine == "fork" and PythonSandbox().engine == "fork"  # the default on Linux
@@ -99,6 +105,7 @@ def test_fork_engine_preloads_and_reseeds_each_cell():
     assert len(draws) == 3  # not the server's RNG state copied into every cell
 
 
+@needs_fork
 def test_a_dead_fork_server_is_restarted_and_a_failing_one_falls_back(monkeypatch):
     from arlgym.envs.tir_math import sandbox as sandbox_module
     from arlgym.envs.tir_math.forkserver import ForkServer, ForkServerError
