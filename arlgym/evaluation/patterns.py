@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from arlgym.envs import env_family
 from arlgym.rollout import StepRecord, Trajectory
 
 __all__ = ["action_type", "failure_mode", "pattern_report", "format_patterns", "plot_transitions",
@@ -37,14 +38,6 @@ _WEBSHOP_KINDS = {"back to search": "back", "next >": "navigate", "< prev": "nav
                   "buy now": "buy", "search": "search"}
 
 
-def _family(env_id: str) -> str:
-    name = env_id.split("/")[-1].lower()
-    for family in ("sokoban", "alfworld", "webshop", "tirmath"):
-        if name.startswith(family):
-            return family
-    return "other"
-
-
 def action_type(env_id: str, step: StepRecord) -> str:
     """The kind of action ``step`` took (see the module docstring)."""
     if step.action is None:
@@ -52,10 +45,10 @@ def action_type(env_id: str, step: StepRecord) -> str:
     if not step.action_valid:
         return "invalid action"
     action = (step.executed_action or step.action).strip()
-    family = _family(env_id)
+    family = env_family(env_id)
     if family == "sokoban":
         return action.lower()
-    if family == "tirmath":
+    if family == "tir_math":
         return "answer" if action.startswith("\\boxed") else "code"
     if family == "webshop":
         match = re.match(r"^\s*(search|click)\s*\[(.*)\]\s*$", action, re.IGNORECASE | re.DOTALL)

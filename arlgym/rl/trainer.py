@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from arlgym.envs import env_family as family_of
 from arlgym.errors import ConfigError
 from arlgym.rl.advantages import advantage_metrics, compute_advantages
 from arlgym.rl.batching import (
@@ -55,16 +56,10 @@ from arlgym.rl.presets import advantage_kwargs, get_preset, make_sampler, policy
 
 __all__ = ["Trainer", "resolve_algorithm", "seed_everything", "env_family"]
 
-_FAMILIES = {"sokoban": "sokoban", "alfworld": "alfworld", "webshop": "webshop", "tir": "tir_math"}
-
-
 def env_family(env_id: str) -> str:
-    """Table 6 column of an env id (``arl/SokobanVision-v0`` -> ``sokoban``)."""
-    name = env_id.split("/")[-1].lower()
-    for prefix, family in _FAMILIES.items():
-        if name.startswith(prefix):
-            return family
-    return "alfworld"
+    """Table 6 column of an env id (``arl/SokobanVision-v0`` -> ``sokoban``); a user's own env
+    gets the ALFWorld column."""
+    return family_of(env_id, default="alfworld")
 
 
 def seed_everything(seed: int) -> None:

@@ -133,6 +133,7 @@ class TIRMathEnv(AgentEnv):
         self.problem: MathProblem | None = None
         self._cells: list[str] = []
         self._answer: str | None = None
+        self._correct = False  # judged once, when the answer is given (math-verify is not free)
 
     # ------------------------------------------------------------------ tasks
     @staticmethod
@@ -191,6 +192,7 @@ class TIRMathEnv(AgentEnv):
                 self.problem = problems[int(self.np_random.integers(len(problems)))]
         self._cells = []
         self._answer = None
+        self._correct = False
         return TaskSpec(task_id=self.problem.problem_id, observation=self.problem.question,
                         task_type=self.problem.family, description=self.problem.question)
 
@@ -228,9 +230,9 @@ class TIRMathEnv(AgentEnv):
     def _finish(self, predicted: str | None, observation: str, executed: str) -> ActResult:
         assert self.problem is not None
         self._answer = predicted
-        reward = 1.0 if answers_match(predicted, self.problem.answer,
-                                      use_math_verify=self.use_math_verify) else 0.0
-        return ActResult(observation, reward, True, True, executed)
+        self._correct = answers_match(predicted, self.problem.answer,
+                                      use_math_verify=self.use_math_verify)
+        return ActResult(observation, 1.0 if self._correct else 0.0, True, True, executed)
 
     def _act(self, action: str) -> ActResult:
         if _is_answer(action):
@@ -252,9 +254,7 @@ class TIRMathEnv(AgentEnv):
         return (self.problem.question, tuple(cell.strip() for cell in self._cells), self._answer)
 
     def _won(self) -> bool:
-        return (self.problem is not None and self._answer is not None
-                and answers_match(self._answer, self.problem.answer,
-                                  use_math_verify=self.use_math_verify))
+        return self._correct
 
     def _prompt(self, history: list[HistoryEntry]) -> str:
         assert self.problem is not None

@@ -45,8 +45,6 @@ _null = os.open(os.devnull, os.O_RDWR)
 os.dup2(_null, 0)
 os.dup2(_null, 1)
 
-FINAL_ANSWER = "def final_answer(answer):\n    print('\\\\boxed{' + str(answer) + '}')\n"
-
 
 def child(req):
     os.setsid()
@@ -154,8 +152,8 @@ class ForkServer:
     """Client of one fork-server process (see the module docstring); thread-safe."""
 
     def __init__(self, command_prefix: tuple[str, ...], python: str, env: dict[str, str],
-                 preload: tuple[str, ...] = ("numpy", "sympy")) -> None:
-        code = f"PRELOAD = {list(preload)!r}\n" + SERVER_CODE
+                 final_answer_source: str, preload: tuple[str, ...] = ("numpy", "sympy")) -> None:
+        code = f"PRELOAD = {list(preload)!r}\nFINAL_ANSWER = {final_answer_source!r}\n" + SERVER_CODE
         self._proc = subprocess.Popen([*command_prefix, python, "-I", "-c", code],
                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                       stderr=subprocess.DEVNULL, env=env, start_new_session=True)

@@ -39,24 +39,24 @@ from pathlib import Path
 from arlgym.envs.tir_math.forkserver import ForkServer, ForkServerError
 from arlgym.errors import ConfigError
 
-__all__ = ["ExecutionResult", "PythonSandbox", "PRELUDE", "network_isolation_available"]
+__all__ = ["ExecutionResult", "PythonSandbox", "PRELUDE", "FINAL_ANSWER_SOURCE",
+           "network_isolation_available", "fork_engine_available"]
 
-#: Run before the cell: resource limits (values filled in per sandbox) and ``final_answer``.
+#: ``final_answer(x)`` as every cell sees it (both engines): prints ``\\boxed{x}``.
+FINAL_ANSWER_SOURCE = "def final_answer(answer):\n    print('\\\\boxed{' + str(answer) + '}')\n"
+
+#: What a subprocess cell runs first: its resource limits (a dict literal filled in per sandbox)
+#: and ``final_answer``. The fork engine applies the same limits in its child.
 PRELUDE = """\
 import resource as _r
-for _k, _v in (("RLIMIT_CPU", {cpu}), ("RLIMIT_AS", {address_space}), ("RLIMIT_FSIZE", {fsize}),
-               ("RLIMIT_CORE", 0)):
+for _k, _v in ({limits!r}).items():
     if _v is not None and hasattr(_r, _k):
         try:
             _r.setrlimit(getattr(_r, _k), (_v, _v))
         except (ValueError, OSError):
             pass
 del _r, _k, _v
-
-
-def final_answer(answer):
-    print("\\\\boxed{{" + str(answer) + "}}")
-
+{final_answer}
 """
 
 
@@ -124,7 +124,7 @@ def _fork_server(prefix: tuple[str, ...], python: str, env: dict[str, str]) -> F
     with _SERVERS_LOCK:
         server = _SERVERS.get(key)
         if server is None or not server.alive:
-            server = _SERVERS[key] = ForkServer(prefix, python, env)
+            server = _SERVERS[key] = ForkServer(prefix, python, env, FINAL_ANSWER_SOURCE)
         return server
 
 
@@ -190,10 +190,11 @@ class PythonSandbox:
     def network_isolated(self) -> bool:
         return bool(self._prefix)
 
-    def _prelude(self) -> str:
-        address_space = None if self.memory_mb is None else self.memory_mb << 20
-        return PRELUDE.format(cpu=int(self.timeout) + 1, address_space=address_space,
-                              fsize=self.max_output_bytes)
+    def _limits(self) -> dict[str, int | None]:
+        """The resource limits of a cell (CPU seconds, address-space and file-size bytes)."""
+        return {"RLIMIT_CPU": int(self.timeout) + 1,
+                "RLIMIT_AS": None if self.memory_mb is None else self.memory_mb << 20,
+                "RLIMIT_FSIZE": self.max_output_bytes, "RLIMIT_CORE": 0}
 
     def _environment(self, workdir: str) -> dict[str, str]:
         return {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir,
@@ -226,14 +227,12 @@ class PythonSandbox:
     def _run_forked(self, code: str, workdir: str) -> tuple[int | None, bool]:
         Path(workdir, "main.py").write_text(str(code), encoding="utf-8")
         server = _fork_server(self._prefix, self.python, self._environment(workdir))
-        limits = {"RLIMIT_CPU": int(self.timeout) + 1,
-                  "RLIMIT_AS": None if self.memory_mb is None else self.memory_mb << 20,
-                  "RLIMIT_FSIZE": self.max_output_bytes, "RLIMIT_CORE": 0}
-        return server.run(Path(workdir), self.timeout, limits)
+        return server.run(Path(workdir), self.timeout, self._limits())
 
     def _run_subprocess(self, code: str, workdir: str) -> tuple[int | None, bool]:
         script = Path(workdir, "main.py")
-        script.write_text(self._prelude() + str(code), encoding="utf-8")
+        prelude = PRELUDE.format(limits=self._limits(), final_answer=FINAL_ANSWER_SOURCE)
+        script.write_text(prelude + str(code), encoding="utf-8")
         with open(Path(workdir, "stdout"), "wb") as out, open(Path(workdir, "stderr"), "wb") as err:
             proc = subprocess.Popen([*self._prefix, self.python, "-I", str(script)], cwd=workdir,
                                     stdin=subprocess.DEVNULL, stdout=out, stderr=err,

@@ -96,7 +96,6 @@ class WebShopEnv(AgentEnv):
         self.catalog, self.index = load_shop(None if data_dir is None else str(data_dir),
                                          int(num_products), int(catalog_seed))
         self.session: ShopSession | None = None
-        self.goal_index = -1
         self._last_score = 0.0
         self._searches = 0
 
@@ -112,7 +111,6 @@ class WebShopEnv(AgentEnv):
         else:
             low, high = split_range(options.get("split", "train"), len(goals))
             index = int(self.np_random.integers(low, high))
-        self.goal_index = index
         goal = goals[index]
         self.session = ShopSession(self.catalog, self.index, goal)
         self._last_score = 0.0
