@@ -48,3 +48,17 @@ class MissingDependency(ArlgymError, ImportError):
 
 class PolicyRequestError(ArlgymError, RuntimeError):
     """A remote policy endpoint kept failing after all retries."""
+
+
+class WorkerError(ArlgymError, RuntimeError):
+    """A vector worker process died, stopped answering, or its env raised.
+
+    ``worker`` is the worker's index, ``env_indices`` the envs it hosts, ``cause`` what happened.
+    """
+
+    def __init__(self, message: str, *, worker: int | None = None,
+                 env_indices: list[int] | None = None, cause: str = "") -> None:
+        super().__init__(message)
+        self.worker = worker
+        self.env_indices = list(env_indices or [])
+        self.cause = cause
