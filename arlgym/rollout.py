@@ -17,7 +17,8 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from arlgym.core.vector import GroupVecEnv, make_group_vec
+from arlgym.core.validation import check_int
+from arlgym.core.vector import GroupVecEnv, WorkerRestarted, make_group_vec
 from arlgym.policies.base import Policy, SamplingParams, prompt_text
 
 __all__ = [
@@ -181,6 +182,12 @@ class RolloutCollector:
         mode: vector mode (``"sync"``, ``"async"``, ``"auto"``).
         seed: base seed of the first ``collect``; later calls continue with fresh tasks.
         progress: show a progress bar over finished episodes.
+        restart: async vectors: replace a worker that dies or hangs and replay the groups it
+            interrupted from reset, so every returned group is complete (default True).
+        worker_timeout: async vectors: seconds a worker may take per reply before it counts as
+            hung (``None``: wait for ever).
+        max_group_retries: replays allowed per group and ``collect``; a group interrupted more
+            often is dropped whole (never returned half-played). Counted in :meth:`pop_metrics`.
     """
 
     def __init__(
@@ -196,6 +203,9 @@ class RolloutCollector:
         seed: int = 0,
         num_workers: int | None = None,
         progress: bool = True,
+        restart: bool = True,
+        worker_timeout: float | None = 300.0,
+        max_group_retries: int = 2,
     ) -> None:
         self.env_id = env_id
         self.policy = policy
@@ -203,8 +213,12 @@ class RolloutCollector:
         self.progress = progress
         self.vec: GroupVecEnv = make_group_vec(
             env_id, num_tasks, group_size, seed, mode=mode, num_workers=num_workers,
-            **(env_kwargs or {}),
+            restart=restart, timeout=worker_timeout, **(env_kwargs or {}),
         )
+        self.max_group_retries = check_int("max_group_retries", max_group_retries, min=0)
+        #: groups replayed / dropped after a worker failure, since the last ``pop_metrics``
+        self.groups_retried = 0
+        self.groups_dropped = 0
         self._handles = self.vec.handles()
         self._batches = 0
         #: number of ``generate`` calls and prompts sent, for tests and throughput logs
@@ -213,6 +227,14 @@ class RolloutCollector:
 
     def close(self) -> None:
         self.vec.close()
+
+    def pop_metrics(self) -> dict[str, float]:
+        """``rollout/groups_retried`` and ``rollout/groups_dropped`` since the last call (the
+        trainer logs them every step), then reset the counts."""
+        out = {"rollout/groups_retried": float(self.groups_retried),
+               "rollout/groups_dropped": float(self.groups_dropped)}
+        self.groups_retried = self.groups_dropped = 0
+        return out
 
     def __enter__(self) -> RolloutCollector:
         return self
@@ -228,7 +250,8 @@ class RolloutCollector:
         options: dict[str, Any] | None = None,
         sampling: SamplingParams | None = None,
     ) -> list[Trajectory]:
-        """Play one episode in every env of the vector; returns ``num_envs`` trajectories."""
+        """Play one episode in every env of the vector; returns ``num_envs`` trajectories, less
+        the groups dropped after repeated worker failures (see ``max_group_retries``)."""
         from tqdm.auto import tqdm
 
         vec = self.vec
@@ -249,6 +272,28 @@ class RolloutCollector:
                    disable=not self.progress, leave=False)
         wins = finished = 0
         turn = 0
+        retries = [0] * vec.num_tasks
+        dropped: set[int] = set()
+
+        def replay(failure: WorkerRestarted) -> set[int]:
+            """Restart the groups whose live episodes the failed worker held (or drop them)."""
+            groups = {vec.group_of(i) for i in failure.env_indices if active[i]}
+            for g in sorted(groups):
+                members = list(range(g * vec.group_size, (g + 1) * vec.group_size))
+                retries[g] += 1
+                if retries[g] > self.max_group_retries:
+                    dropped.add(g)
+                    self.groups_dropped += 1
+                    for i in members:
+                        active[i] = False
+                    continue
+                self.groups_retried += 1
+                group_obs, group_infos = vec.reset_envs(members)
+                for i, o, inf in zip(members, group_obs, group_infos, strict=True):
+                    obs[i], infos[i], active[i] = o, inf, True
+                    trajs[i].steps.clear()
+            return groups
+
         try:
             while any(active):
                 live = [i for i, a in enumerate(active) if a]
@@ -257,16 +302,32 @@ class RolloutCollector:
                 turn_sampling = (sampling if sampling.seed is None
                                  else replace(sampling, seed=sampling.seed + 7919 * turn))
                 turn += 1
-                completions = self.policy.generate(
-                    [obs[i] for i in live], turn_sampling, envs=[self._handles[i] for i in live]
-                )
+                try:
+                    completions = self.policy.generate(
+                        [obs[i] for i in live], turn_sampling, envs=[self._handles[i] for i in live]
+                    )
+                except WorkerRestarted as failure:  # a policy asked a worker that then failed
+                    replay(failure)
+                    continue
                 self.generate_calls += 1
                 self.prompts_sent += len(live)
                 actions: list[str | None] = [None] * vec.num_envs
                 for i, comp in zip(live, completions, strict=True):
                     actions[i] = comp.text
-                next_obs, rewards, terminated, truncated, next_infos = vec.step(actions)
+                try:
+                    next_obs, rewards, terminated, truncated, next_infos = vec.step(actions)
+                    lost: set[int] = set()
+                except WorkerRestarted as failure:  # keep the healthy envs' steps, replay the rest
+                    results = failure.results or [None] * vec.num_envs
+                    next_obs = [r[0] if r else None for r in results]
+                    rewards = [r[1] if r else 0.0 for r in results]
+                    terminated = [r[2] if r else False for r in results]
+                    truncated = [r[3] if r else False for r in results]
+                    next_infos = [r[4] if r else None for r in results]
+                    lost = replay(failure)
                 for i, comp in zip(live, completions, strict=True):
+                    if vec.group_of(i) in lost:
+                        continue
                     info, prev = next_infos[i], infos[i]
                     assert info is not None and prev is not None
                     trajs[i].steps.append(StepRecord(
@@ -293,6 +354,8 @@ class RolloutCollector:
                         bar.set_postfix(success=f"{wins / finished:.2f}")
         finally:
             bar.close()
+        if dropped:
+            return [t for t in trajs if t.group_index not in dropped]
         return trajs
 
 

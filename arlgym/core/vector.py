@@ -15,8 +15,12 @@ per env), for envs that are not thread-safe (TextWorld/ALFWorld) or slow.
 
 from __future__ import annotations
 
+import logging
 import multiprocessing as mp
 import os
+import pickle
+import threading
+import time
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -25,13 +29,30 @@ from typing import Any, Literal
 import gymnasium as gym
 import numpy as np
 
-from arlgym.errors import ArlgymError, ConfigError
+from arlgym.core.validation import check_bool, check_choice, check_float, check_int, did_you_mean
+from arlgym.errors import ArlgymError, ConfigError, WorkerError
 
-__all__ = ["make_group_vec", "GroupVecEnv", "SyncGroupVecEnv", "AsyncGroupVecEnv", "WorkerError"]
+__all__ = ["make_group_vec", "GroupVecEnv", "SyncGroupVecEnv", "AsyncGroupVecEnv", "WorkerError",
+           "WorkerRestarted"]
+
+logger = logging.getLogger("arlgym.vector")
 
 
-class WorkerError(ArlgymError, RuntimeError):
-    """An env raised inside a worker process; the message carries the worker's traceback."""
+class WorkerRestarted(WorkerError):
+    """A worker died or hung and was replaced (``restart=True``); its envs were reset.
+
+    Raised by ``step``/``call``/``call_one`` (``reset`` retries by itself): the episodes of the
+    envs in ``env_indices`` are lost, so their groups must be replayed from reset
+    (:meth:`GroupVecEnv.reset_envs`) or dropped whole. ``results`` holds the reply of every other
+    env of the interrupted request (``None`` for the envs of the replaced worker), so the
+    caller can keep the work the healthy workers did.
+    """
+
+    def __init__(self, message: str, *, worker: int | None = None,
+                 env_indices: list[int] | None = None, cause: str = "",
+                 results: list[Any] | None = None) -> None:
+        super().__init__(message, worker=worker, env_indices=env_indices, cause=cause)
+        self.results = results
 
 
 @dataclass(frozen=True)
@@ -51,8 +72,10 @@ StepOut = tuple[Any, float, bool, bool, dict[str, Any] | None]
 _SKIPPED: StepOut = (None, 0.0, False, False, None)
 
 
-def _reset_many(envs: Sequence[gym.Env], calls: Sequence[tuple[int | None, dict | None]]):
-    return [env.reset(seed=seed, options=opts) for env, (seed, opts) in zip(envs, calls, strict=True)]
+def _reset_many(envs: Sequence[gym.Env], calls: Sequence[tuple[int | None, dict | None] | None]):
+    """Reset each env with its ``(seed, options)``; a ``None`` call leaves that env alone."""
+    return [None if call is None else env.reset(seed=call[0], options=call[1])
+            for env, call in zip(envs, calls, strict=True)]
 
 
 def _step_many(envs: Sequence[gym.Env], actions: Sequence[str | None]) -> list[StepOut]:
@@ -79,6 +102,8 @@ class GroupVecEnv:
         self.num_envs = num_tasks * group_size
         self._next_seed = int(seed)
         self.group_seeds: list[int] = []
+        #: the (seed, options) each env was last reset with, for replaying a group
+        self._last_calls: list[tuple[int | None, dict | None] | None] = [None] * self.num_envs
 
     def group_of(self, env_index: int) -> int:
         """The group (task) index of env ``env_index``."""
@@ -119,8 +144,26 @@ class GroupVecEnv:
         Without ``seed`` the base continues after the previous reset's groups, so repeated
         resets walk through fresh tasks deterministically.
         """
-        results = self._run_reset(self._reset_calls(seed, task_ids, options))
+        calls = self._reset_calls(seed, task_ids, options)
+        results = self._run_reset(calls)
+        self._last_calls = list(calls)
         return [obs for obs, _ in results], [info for _, info in results]
+
+    def reset_envs(self, indices: Sequence[int]) -> tuple[list[Any], list[dict[str, Any]]]:
+        """Reset only the envs in ``indices``, each with the seed and options of its last
+        :meth:`reset` (same task, same first state), e.g. to replay a group from the start.
+
+        Returns the observations and infos of those envs, in the order of ``indices``.
+        """
+        wanted = sorted(set(indices))
+        for i in wanted:
+            if not 0 <= i < self.num_envs or self._last_calls[i] is None:
+                raise ConfigError(f"reset_envs: env index {i} is out of range 0..{self.num_envs - 1} "
+                                  "or was never reset; call reset() first")
+        calls = [self._last_calls[i] if i in wanted else None for i in range(self.num_envs)]
+        results = self._run_reset(calls)
+        by_index = {i: results[i] for i in wanted}
+        return [by_index[i][0] for i in indices], [by_index[i][1] for i in indices]
 
     def step(
         self, actions: Sequence[str | None]
@@ -223,120 +266,472 @@ class SyncGroupVecEnv(GroupVecEnv):
             env.close()
 
 
-def _worker(conn, factories) -> None:
-    """Worker loop: hosts a shard of envs and answers (command, payload) messages."""
+def _pack_error() -> tuple[str, BaseException | None]:
+    """The current exception as (traceback text, the exception if it is a picklable
+    arlgym error, so the parent can re-raise the same type)."""
+    import sys
+
+    exc = sys.exc_info()[1]
+    text = traceback.format_exc()
+    if isinstance(exc, ArlgymError):
+        try:
+            pickle.loads(pickle.dumps(exc))
+            return text, exc
+        except Exception:  # noqa: BLE001 - an unpicklable error travels as text
+            pass
+    return text, None
+
+
+def _worker(conn, factories, index: int) -> None:
+    """Worker loop: hosts a shard of envs and answers ``(seq, command, payload)`` messages with
+    ``(seq, status, payload)``; the sequence number lets the parent drop stale replies."""
+    import signal
+
+    # Ctrl-C goes to the whole process group; the parent handles it and closes the workers
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         envs = [f() for f in factories]
-        conn.send(("ok", None))
+        conn.send((0, "ok", None))
     except BaseException:  # noqa: BLE001 - report any construction failure to the parent
-        conn.send(("error", traceback.format_exc()))
+        conn.send((0, "error", _pack_error()))
         return
     while True:
         try:
-            cmd, payload = conn.recv()
-        except EOFError:
+            seq, cmd, payload = conn.recv()
+        except (EOFError, OSError):
             break
         try:
             if cmd == "reset":
-                conn.send(("ok", _reset_many(envs, payload)))
+                out: Any = _reset_many(envs, payload)
             elif cmd == "step":
-                conn.send(("ok", _step_many(envs, payload)))
+                out = _step_many(envs, payload)
             elif cmd == "call":
                 name, args, kwargs = payload
                 out = []
                 for env in envs:
                     attr = getattr(env.unwrapped, name)
                     out.append(attr(*args, **kwargs) if callable(attr) else attr)
-                conn.send(("ok", out))
             elif cmd == "call_one":
-                index, name, args, kwargs = payload
-                attr = getattr(envs[index].unwrapped, name)
-                conn.send(("ok", attr(*args, **kwargs) if callable(attr) else attr))
+                local, name, args, kwargs = payload
+                attr = getattr(envs[local].unwrapped, name)
+                out = attr(*args, **kwargs) if callable(attr) else attr
             elif cmd == "close":
                 for env in envs:
                     env.close()
-                conn.send(("ok", None))
+                conn.send((seq, "ok", None))
                 break
+            else:  # pragma: no cover - internal protocol
+                raise RuntimeError(f"unknown worker command {cmd!r}")
+            conn.send((seq, "ok", out))
         except BaseException:  # noqa: BLE001 - the parent re-raises with this traceback
-            conn.send(("error", traceback.format_exc()))
+            conn.send((seq, "error", _pack_error()))
     conn.close()
 
 
+class _Failure(Exception):
+    """Internal: a worker is dead or did not answer in time (``cause`` says which)."""
+
+    def __init__(self, cause: str) -> None:
+        super().__init__(cause)
+        self.cause = cause
+
+
+#: the start method of async workers when none is given (tests switch it to "fork")
+DEFAULT_CONTEXT = "spawn"
+
+#: payloads above this size are sent from a helper thread, so a stopped worker whose pipe is
+#: full cannot block the parent past the timeout
+_BIG_PAYLOAD = 32 * 1024
+
+
 class AsyncGroupVecEnv(GroupVecEnv):
-    """Envs sharded over ``num_workers`` processes; every worker steps its shard concurrently."""
+    """Envs sharded over ``num_workers`` processes; every worker steps its shard concurrently.
+
+    Every request carries a sequence number that the reply echoes, so a reply left over from an
+    earlier, failed request is dropped, never taken for the answer to a later one. A worker that
+    dies or does not answer within ``timeout`` seconds raises :class:`WorkerError` naming the
+    worker, its envs and the cause; the other workers' replies are read first, so they stay in
+    step and usable. With ``restart=True`` the worker is killed and replaced by a fresh one whose
+    envs are reset with their last seed and options: ``reset`` then simply completes, while
+    ``step``/``call``/``call_one`` raise :class:`WorkerRestarted` so the caller (the rollout
+    collector) replays the affected groups from reset or drops them whole.
+
+    Args:
+        factories: one picklable zero-argument callable per env.
+        num_tasks, group_size, seed: see :class:`GroupVecEnv`.
+        num_workers: worker processes (default: CPU count, at most one per env).
+        context: multiprocessing start method: ``"spawn"`` (default: :data:`DEFAULT_CONTEXT`),
+            ``"forkserver"`` or ``"fork"``. ``spawn``/``forkserver`` re-import the main script in each worker, so a
+            script must build the vector under ``if __name__ == "__main__":``.
+        timeout: seconds to wait for any reply before the worker counts as hung (``None``: wait
+            for ever). Building the envs gets ``max(timeout, 120)``.
+        restart: replace a dead or hung worker instead of raising :class:`WorkerError`.
+        max_restarts: replacements allowed over the vector's life before :class:`WorkerError`.
+    """
 
     def __init__(self, factories: Sequence[Callable[[], gym.Env]], num_tasks: int,
                  group_size: int, seed: int, num_workers: int | None = None,
-                 context: str = "spawn") -> None:
+                 context: str | None = None, *, timeout: float | None = 300.0,
+                 restart: bool = False, max_restarts: int = 3) -> None:
+        self._closed = True  # until the workers exist (close() and __del__ check it)
         super().__init__(num_tasks, group_size, seed)
         n = len(factories)
+        if n != self.num_envs:
+            raise ConfigError(f"got {n} env factories for num_tasks × group_size = {self.num_envs}")
+        num_workers = check_int("num_workers", num_workers, min=1, allow_none=True)
+        self.timeout = check_float("timeout", timeout, gt=0, allow_none=True,
+                                   fix="pass seconds > 0, e.g. timeout=300, or None to wait for ever")
+        self.restart = check_bool("restart", restart)
+        self.max_restarts = check_int("max_restarts", max_restarts, min=0)
+        context = context or DEFAULT_CONTEXT
+        methods = mp.get_all_start_methods()
+        if context not in methods:
+            raise ConfigError(f"context={context!r} is invalid: expected one of {methods} "
+                              "(a multiprocessing start method). Fix: pass context='spawn'.")
+        _check_not_bootstrapping()
         workers = min(n, num_workers or os.cpu_count() or 1)
-        if workers < 1:
-            raise ConfigError(f"num_workers must be >= 1, got {num_workers!r}")
         bounds = np.linspace(0, n, workers + 1).astype(int)
         self._slices = [slice(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
-        ctx = mp.get_context(context)
-        self._conns = []
-        self._procs = []
-        for sl in self._slices:
-            parent, child = ctx.Pipe()
-            proc = ctx.Process(target=_worker, args=(child, list(factories[sl])), daemon=True)
-            proc.start()
-            child.close()
-            self._conns.append(parent)
-            self._procs.append(proc)
+        self._factories = list(factories)
+        self._env_id = getattr(self._factories[0], "env_id", None)
+        self._context = context
+        self._ctx = mp.get_context(context)
+        self._conns: list[Any] = [None] * workers
+        self._procs: list[Any] = [None] * workers
+        self._failed: dict[int, str] = {}  # worker -> cause, for workers given up on
+        self._seq = 0
+        #: workers replaced so far (restart=True)
+        self.restarts = 0
         self._closed = False
-        self._gather()
+        try:
+            for w in range(workers):
+                self._start(w)
+            for w in range(workers):
+                self._await_ready(w)
+        except BaseException:
+            self.close()
+            raise
 
-    def _gather(self) -> list[Any]:
-        replies = [conn.recv() for conn in self._conns]
-        for status, payload in replies:
-            if status == "error":
-                raise WorkerError(f"an env raised in a worker process:\n{payload}")
-        return [payload for _, payload in replies]
+    # ------------------------------------------------------------------ worker lifecycle
+    @property
+    def num_workers(self) -> int:
+        return len(self._slices)
 
-    def _scatter(self, cmd: str, per_env: Sequence[Any]) -> list[Any]:
-        for conn, sl in zip(self._conns, self._slices, strict=True):
-            conn.send((cmd, list(per_env[sl])))
-        return [item for part in self._gather() for item in part]
+    def worker_pid(self, worker: int) -> int | None:
+        """The process id of worker ``worker`` (for tests and diagnostics)."""
+        return self._procs[worker].pid
 
+    def worker_of(self, env_index: int) -> int:
+        """The worker hosting env ``env_index``."""
+        for w, sl in enumerate(self._slices):
+            if sl.start <= env_index < sl.stop:
+                return w
+        raise IndexError(f"env index {env_index} out of range 0..{self.num_envs - 1}")
+
+    def _envs_of(self, w: int) -> list[int]:
+        return list(range(self._slices[w].start, self._slices[w].stop))
+
+    def _describe(self, w: int) -> str:
+        envs = self._envs_of(w)
+        span = f"env {envs[0]}" if len(envs) == 1 else f"envs {envs[0]}-{envs[-1]}"
+        pid = self._procs[w].pid if self._procs[w] is not None else "?"
+        what = f" of {self._env_id}" if self._env_id else ""
+        return f"vector worker {w} (pid {pid}, {span}{what})"
+
+    def _start(self, w: int) -> None:
+        parent, child = self._ctx.Pipe()
+        proc = self._ctx.Process(target=_worker, args=(child, self._factories[self._slices[w]], w),
+                                 daemon=True, name=f"arlgym-vec-worker-{w}")
+        proc.start()
+        child.close()
+        self._conns[w], self._procs[w] = parent, proc
+
+    def _await_ready(self, w: int) -> None:
+        build_timeout = None if self.timeout is None else max(self.timeout, 120.0)
+        try:
+            status, payload = self._recv(w, 0, build_timeout)
+        except _Failure as f:
+            hint = ""
+            if self._context in ("spawn", "forkserver") and not self._procs[w].is_alive():
+                hint = (f" With the {self._context!r} start method every worker re-imports your "
+                        "main script: if it builds the vector (or the collector/trainer) at top "
+                        "level, put that code under `if __name__ == \"__main__\":`, or pass "
+                        "context='fork'. The worker's own error, if any, is printed above.")
+            self._kill(w)
+            raise WorkerError(f"{self._describe(w)} failed while building its envs: {f.cause}.{hint}",
+                              worker=w, env_indices=self._envs_of(w), cause=f.cause) from None
+        if status == "error":
+            self._kill(w)
+            self._raise_env_error(w, "building its envs", payload)
+
+    def _kill(self, w: int) -> None:
+        proc, conn = self._procs[w], self._conns[w]
+        if proc is not None and proc.is_alive():
+            proc.kill()  # SIGKILL also ends a stopped (SIGSTOP) process
+        if proc is not None:
+            proc.join(timeout=5)
+        if conn is not None:
+            conn.close()
+
+    def _restart_worker(self, w: int, cause: str) -> list[Any] | None:
+        """Replace worker ``w``; its envs are reset with their last calls. Returns those reset
+        results (``None`` entries for envs never reset)."""
+        what = self._describe(w)
+        self._kill(w)
+        if self.restarts >= self.max_restarts:
+            self._failed[w] = cause
+            raise WorkerError(
+                f"{what} failed: {cause}; not replaced because the vector already replaced "
+                f"max_restarts={self.max_restarts} workers. Fix: find out why workers die (memory? "
+                "a crashing env?) or raise max_restarts.",
+                worker=w, env_indices=self._envs_of(w), cause=cause)
+        self.restarts += 1
+        logger.warning("%s failed (%s); replacing it (restart %d of at most %d)",
+                       what, cause, self.restarts, self.max_restarts)
+        self._start(w)
+        self._await_ready(w)
+        calls = self._last_calls[self._slices[w]]
+        if all(c is None for c in calls):
+            return None
+        seq = self._send(w, "reset", list(calls))
+        try:
+            status, payload = self._recv(w, seq, self.timeout)
+        except _Failure as f:
+            self._kill(w)
+            self._failed[w] = f.cause
+            raise WorkerError(f"{self._describe(w)} (a replacement) failed again while resetting "
+                              f"its envs: {f.cause}", worker=w, env_indices=self._envs_of(w),
+                              cause=f.cause) from None
+        if status == "error":
+            self._raise_env_error(w, "reset", payload)
+        return payload
+
+    # ------------------------------------------------------------------ messaging
+    def _send(self, w: int, cmd: str, payload: Any) -> int:
+        """Send one request; returns its sequence number. Raises _Failure if the pipe is gone
+        or a large payload cannot be written within the timeout."""
+        self._seq += 1
+        seq = self._seq
+        conn = self._conns[w]
+        data = bytes(mp.reduction.ForkingPickler.dumps((seq, cmd, payload)))
+        try:
+            if len(data) <= _BIG_PAYLOAD:
+                conn.send_bytes(data)
+            else:
+                err: list[BaseException] = []
+
+                def write() -> None:
+                    try:
+                        conn.send_bytes(data)
+                    except BaseException as e:  # noqa: BLE001 - reported below
+                        err.append(e)
+
+                t = threading.Thread(target=write, daemon=True)
+                t.start()
+                t.join(self.timeout)
+                if t.is_alive():
+                    raise _Failure(f"could not send the {cmd!r} request within "
+                                   f"timeout={self.timeout} s ({self._state(w)})")
+                if err:
+                    raise err[0]
+        except (BrokenPipeError, ConnectionError, EOFError, OSError):
+            raise _Failure(self._death_cause(w)) from None
+        return seq
+
+    def _state(self, w: int) -> str:
+        """``alive``, ``stopped (SIGSTOP)`` or ``exited ...``, read from the process table."""
+        proc = self._procs[w]
+        if not proc.is_alive():
+            return self._death_cause(w)
+        try:
+            with open(f"/proc/{proc.pid}/stat") as fh:
+                state = fh.read().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return "the process is alive but unresponsive"
+        if state in ("T", "t"):
+            return "the process is stopped (SIGSTOP/SIGTSTP)"
+        return "the process is alive but unresponsive"
+
+    def _death_cause(self, w: int) -> str:
+        proc = self._procs[w]
+        proc.join(timeout=1)
+        code = proc.exitcode
+        if code is None:
+            return "its pipe closed while the process is still running"
+        if code < 0:
+            import signal
+
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:
+                name = f"signal {-code}"
+            return f"the process was killed by {name}"
+        return f"the process exited with code {code}"
+
+    def _recv(self, w: int, seq: int, timeout: float | None) -> tuple[str, Any]:
+        """The reply to request ``seq`` of worker ``w``; stale replies are dropped."""
+        conn, proc = self._conns[w], self._procs[w]
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            wait = 0.5 if deadline is None else min(0.5, max(0.0, deadline - time.monotonic()))
+            try:
+                ready = conn.poll(wait)
+            except (EOFError, OSError):
+                raise _Failure(self._death_cause(w)) from None
+            if not ready:
+                if not proc.is_alive():
+                    raise _Failure(self._death_cause(w))
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise _Failure(f"no reply within timeout={timeout:g} s ({self._state(w)})")
+                continue
+            try:
+                rseq, status, payload = conn.recv()
+            except (EOFError, OSError):
+                raise _Failure(self._death_cause(w)) from None
+            if rseq == seq:
+                return status, payload
+            # a reply to an earlier request that failed or timed out: never use it
+
+    def _raise_env_error(self, w: int, what: str, payload: tuple[str, BaseException | None]):
+        text, exc = payload
+        if exc is not None:  # the env's own error (e.g. ConfigError for bad reset options)
+            raise exc
+        raise WorkerError(f"an env of {self._describe(w)} raised during {what}:\n{text}",
+                          worker=w, env_indices=self._envs_of(w), cause=text.strip().splitlines()[-1])
+
+    def _request(self, cmd: str, payloads: dict[int, Any]) -> dict[int, Any]:
+        """Send ``payloads[w]`` to each worker ``w``, read every reply, then handle failures.
+
+        Returns ``{worker: reply}``. Dead/hung workers: ``WorkerError`` (restart=False) or
+        ``WorkerRestarted`` after replacing them; a ``reset`` is completed instead.
+        """
+        if self._closed:
+            raise WorkerError("the vector is closed; build a new one")
+        sent: dict[int, int] = {}
+        failures: dict[int, str] = {}
+        replies: dict[int, Any] = {}
+        errors: dict[int, Any] = {}
+        for w, payload in payloads.items():
+            if w in self._failed:
+                failures[w] = f"it failed earlier ({self._failed[w]})"
+                continue
+            try:
+                sent[w] = self._send(w, cmd, payload)
+            except _Failure as f:
+                failures[w] = f.cause
+        for w, seq in sent.items():  # read every healthy worker's reply, so all stay in step
+            try:
+                status, payload = self._recv(w, seq, self.timeout)
+            except _Failure as f:
+                failures[w] = f.cause
+                continue
+            (errors if status == "error" else replies)[w] = payload
+        if failures:
+            self._handle_failures(cmd, payloads, failures, replies)
+        for w, payload in errors.items():
+            self._raise_env_error(w, cmd, payload)
+        return replies
+
+    def _handle_failures(self, cmd: str, payloads: dict[int, Any], failures: dict[int, str],
+                         replies: dict[int, Any]) -> None:
+        if not self.restart:
+            w, cause = next(iter(failures.items()))
+            already = w in self._failed
+            for fw, fcause in failures.items():
+                self._failed.setdefault(fw, fcause)
+                self._kill(fw)
+            others = "" if len(failures) == 1 else f" (and workers {sorted(failures)[1:]})"
+            usable = ("" if already else " The other workers stay usable; requests that involve "
+                      "this worker's envs will raise this error again.")
+            raise WorkerError(
+                f"{self._describe(w)}{others} failed during {cmd!r}: {cause}.{usable} Fix: pass "
+                "restart=True to replace dead workers (the rollout collector does), or timeout= "
+                "for slow envs.", worker=w, env_indices=self._envs_of(w), cause=cause)
+        restarted: list[int] = []
+        for w, cause in failures.items():
+            if w in self._failed:
+                raise WorkerError(f"{self._describe(w)} {cause}; build a new vector", worker=w,
+                                  env_indices=self._envs_of(w), cause=cause)
+            reset_results = self._restart_worker(w, cause)
+            restarted.append(w)
+            if cmd == "reset":  # replay the reset: the replacement was reset with these calls
+                replies[w] = self._retry_reset(w, payloads[w], reset_results)
+        if cmd == "reset":
+            return
+        envs = sorted(i for w in restarted for i in self._envs_of(w))
+        partial = self._flatten(cmd, replies, payloads)
+        names = ", ".join(self._describe(w) for w in restarted)
+        raise WorkerRestarted(
+            f"{names} failed during {cmd!r} ({'; '.join(failures[w] for w in restarted)}) and was "
+            f"replaced; envs {envs} were reset, so their groups must be replayed from reset",
+            worker=restarted[0], env_indices=envs, cause=failures[restarted[0]], results=partial)
+
+    def _retry_reset(self, w: int, calls: list[Any], reset_results: list[Any] | None) -> list[Any]:
+        if reset_results is not None and list(calls) == list(self._last_calls[self._slices[w]]):
+            return reset_results
+        seq = self._send(w, "reset", calls)
+        status, payload = self._recv(w, seq, self.timeout)
+        if status == "error":
+            self._raise_env_error(w, "reset", payload)
+        return payload
+
+    def _flatten(self, cmd: str, replies: dict[int, Any], payloads: dict[int, Any]) -> list[Any]:
+        """Per-env results from per-worker replies; envs of workers without a reply get
+        ``None`` (or the skipped-step tuple when the request skipped them)."""
+        out: list[Any] = []
+        for w, sl in enumerate(self._slices):
+            size = sl.stop - sl.start
+            if w in replies:
+                out.extend(replies[w])
+            elif w not in payloads and cmd == "step":
+                out.extend([_SKIPPED] * size)
+            else:
+                out.extend([None] * size)
+        return out
+
+    def _scatter(self, cmd: str, per_env: Sequence[Any], skip_none: bool) -> list[Any]:
+        payloads = {}
+        for w, sl in enumerate(self._slices):
+            part = list(per_env[sl])
+            if skip_none and all(p is None for p in part):
+                continue  # nothing for this worker: leave it (and a failed one) alone
+            payloads[w] = part
+        return self._flatten(cmd, self._request(cmd, payloads), payloads)
+
+    # ------------------------------------------------------------------ GroupVecEnv API
     def _run_reset(self, calls):
-        return self._scatter("reset", calls)
+        return self._scatter("reset", calls, skip_none=True)
 
     def _run_step(self, actions):
-        return self._scatter("step", actions)
+        return self._scatter("step", actions, skip_none=True)
 
     def call_one(self, index: int, name: str, *args: Any, **kwargs: Any) -> Any:
         """Call ``env.unwrapped.<name>(*args, **kwargs)`` on env ``index`` (or read it)."""
-        for w, sl in enumerate(self._slices):
-            if sl.start <= index < sl.stop:
-                conn = self._conns[w]
-                conn.send(("call_one", (index - sl.start, name, args, kwargs)))
-                status, payload = conn.recv()
-                if status == "error":
-                    raise WorkerError(f"an env raised in a worker process:\n{payload}")
-                return payload
-        raise IndexError(f"env index {index} out of range 0..{self.num_envs - 1}")
+        w = self.worker_of(index)
+        replies = self._request("call_one", {w: (index - self._slices[w].start, name, args, kwargs)})
+        return replies[w]
 
     def call(self, name: str, *args: Any, **kwargs: Any) -> list[Any]:
-        for conn in self._conns:
-            conn.send(("call", (name, args, kwargs)))
-        return [item for part in self._gather() for item in part]
+        """Call ``env.unwrapped.<name>(*args, **kwargs)`` on every env (or read an attribute)."""
+        payloads = {w: (name, args, kwargs) for w in range(self.num_workers)}
+        return self._flatten("call", self._request("call", payloads), payloads)
 
     def close(self) -> None:
-        if self._closed:
+        if getattr(self, "_closed", True):
             return
         self._closed = True
-        for conn in self._conns:
+        for w in range(self.num_workers):
+            if self._procs[w] is None or w in self._failed or not self._procs[w].is_alive():
+                continue
             try:
-                conn.send(("close", None))
-                conn.recv()
-            except (BrokenPipeError, EOFError, OSError):
+                seq = self._send(w, "close", None)
+                self._recv(w, seq, 5.0)
+            except (_Failure, OSError, EOFError):
                 pass
-        for proc in self._procs:
-            proc.join(timeout=5)
-            if proc.is_alive():
-                proc.terminate()
+        for w in range(self.num_workers):
+            if self._procs[w] is not None:
+                self._procs[w].join(timeout=5)
+                self._kill(w)
 
     def __del__(self) -> None:
         try:
@@ -344,6 +739,15 @@ class AsyncGroupVecEnv(GroupVecEnv):
         except Exception:  # noqa: BLE001 - interpreter shutdown
             pass
 
+
+def _check_not_bootstrapping() -> None:
+    """Refuse to start workers from a worker that is still importing the main script (a
+    script without a ``__main__`` guard under the spawn/forkserver start methods)."""
+    if getattr(mp.current_process(), "_inheriting", False):
+        raise ConfigError(
+            "an async vector is being built while a worker process imports the main script: "
+            "the script has no `if __name__ == \"__main__\":` guard. Fix: put the code that "
+            "builds the vector (or collector/trainer) under that guard, or pass context='fork'.")
 
 def make_group_vec(
     env_id: str,
@@ -353,6 +757,9 @@ def make_group_vec(
     mode: Literal["sync", "async", "auto"] = "sync",
     *,
     num_workers: int | None = None,
+    timeout: float | None = 300.0,
+    restart: bool = False,
+    context: str | None = None,
     **kwargs: Any,
 ) -> GroupVecEnv:
     """Build ``num_tasks × group_size`` copies of ``env_id``; members of a group share a task.
@@ -365,6 +772,12 @@ def make_group_vec(
         mode: ``"sync"`` (one process), ``"async"`` (worker processes), or ``"auto"``:
             async for env classes that declare ``thread_safe = False``, else sync.
         num_workers: worker processes for async mode (default: CPU count).
+        timeout: async mode: seconds a worker may take to answer before it counts as hung and
+            :class:`WorkerError` is raised (``None``: wait for ever).
+        restart: async mode: replace a dead or hung worker and raise :class:`WorkerRestarted`
+            (its groups must be replayed) instead of :class:`WorkerError`.
+        context: async mode: multiprocessing start method (``spawn``, ``forkserver``, ``fork``;
+            default :data:`DEFAULT_CONTEXT`).
         **kwargs: passed to ``gymnasium.make`` for every env.
 
     >>> vec = make_group_vec("arl/Sokoban-v0", num_tasks=2, group_size=3, seed=7)
@@ -374,11 +787,13 @@ def make_group_vec(
     """
     import arlgym  # noqa: F401
 
-    if env_id not in gym.registry:
+    if not isinstance(env_id, str) or env_id not in gym.registry:
         known = sorted(k for k in gym.registry if k.startswith("arl/"))
-        raise ConfigError(f"unknown env id {env_id!r}; registered arlgym ids: {known}")
-    if mode not in ("sync", "async", "auto"):
-        raise ConfigError(f"mode must be 'sync', 'async' or 'auto', got {mode!r}")
+        raise ConfigError(f"unknown env id {env_id!r}{did_you_mean(env_id, known)}; registered "
+                          f"arlgym ids: {known}")
+    num_tasks = check_int("num_tasks", num_tasks, min=1)
+    group_size = check_int("group_size", group_size, min=1)
+    check_choice("mode", mode, ("sync", "async", "auto"))
     if mode == "auto":
         spec = gym.registry[env_id]
         entry = spec.entry_point
@@ -387,4 +802,5 @@ def make_group_vec(
     factories = [EnvFactory(env_id, dict(kwargs)) for _ in range(num_tasks * group_size)]
     if mode == "sync":
         return SyncGroupVecEnv(factories, num_tasks, group_size, seed)
-    return AsyncGroupVecEnv(factories, num_tasks, group_size, seed, num_workers=num_workers)
+    return AsyncGroupVecEnv(factories, num_tasks, group_size, seed, num_workers=num_workers,
+                            context=context, timeout=timeout, restart=restart)

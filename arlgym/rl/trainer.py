@@ -350,6 +350,7 @@ class Trainer:
                 groups, fmetrics = self.sampler.sample(rollout_groups, self.step)
         finally:
             unwrapped.train()
+        fmetrics = {**fmetrics, **self.collector.pop_metrics()}  # groups retried/dropped
         return groups, rolled, fmetrics
 
     def _logprobs(self, model: Any, sub: list[TokenSample], with_entropy: bool):
