@@ -32,7 +32,11 @@ __all__ = ["ParsedResponse", "parse_response", "parse_tir_response", "truncate_a
            "extract_boxed", "FORMAT_ERRORS"]
 
 # One tag token: <think>, </think>, <action>, </action>, case-insensitive, inner spaces allowed.
-_TAG = re.compile(r"<\s*(/?)\s*(think|action)\s*>", re.IGNORECASE)
+# Every quantifier is possessive (``*+``): a ``<`` followed by a long whitespace run is read
+# once, not re-split between the two ``\s*`` (which made ``"<" + 32k spaces`` take 15 s).
+# Every pattern in this module must stay linear on any input (tests/unit/core/test_parsing.py,
+# bench/bench_parser.py check it).
+_TAG = re.compile(r"<\s*+(/?)\s*+(think|action)\s*+>", re.IGNORECASE)
 _CJK = re.compile(r"[\u4e00-\u9fff]")
 
 #: Every value ``ParsedResponse.error`` can take, with its meaning.
@@ -71,16 +75,24 @@ class ParsedResponse:
     error: str | None
 
 
-def _first_block(text: str, tags: list[tuple[re.Match[str], str, str]], name: str) -> str | None:
+#: One tag found in a response: (start, end, "/" or "", "think" or "action").
+_Tag = tuple[int, int, str, str]
+
+
+def _find_tags(text: str) -> list[_Tag]:
+    return [(m.start(), m.end(), m.group(1), m.group(2).lower()) for m in _TAG.finditer(text)]
+
+
+def _first_block(text: str, tags: list[_Tag], name: str) -> str | None:
     """Content between the first opening ``name`` tag and the first closing tag after it."""
     start = None
-    for match, slash, tag in tags:
+    for begin, end, slash, tag in tags:
         if tag != name:
             continue
         if start is None and not slash:
-            start = match.end()
+            start = end
         elif start is not None and slash:
-            return text[start : match.start()].strip()
+            return text[start:begin].strip()
     return None
 
 
@@ -111,7 +123,7 @@ def parse_response(text: object, strict: bool = True, think_prefilled: bool = Fa
     if not text.strip():
         return ParsedResponse(None, None, False, "empty")
 
-    tags = [(m, m.group(1), m.group(2).lower()) for m in _TAG.finditer(text)]
+    tags = _find_tags(text)
     think = _first_block(text, tags, "think")
     action = _first_block(text, tags, "action")
     if action == "":
@@ -129,12 +141,12 @@ def parse_response(text: object, strict: bool = True, think_prefilled: bool = Fa
 
 def _strict_error(
     text: str,
-    tags: list[tuple[re.Match[str], str, str]],
+    tags: list[_Tag],
     think: str | None,
     action: str | None,
     empty_action: bool,
 ) -> str | None:
-    n_think = sum(1 for _, _, tag in tags if tag == "think")
+    n_think = sum(1 for *_, tag in tags if tag == "think")
     n_action = len(tags) - n_think
     if think is None:
         return "missing_think"
@@ -144,13 +156,9 @@ def _strict_error(
         return "multiple_think"
     if n_action > 2:
         return "multiple_action"
-    if [(slash, tag) for _, slash, tag in tags] != _STRICT_SEQUENCE:
+    if [(slash, tag) for _, _, slash, tag in tags] != _STRICT_SEQUENCE:
         return "wrong_order"
-    outside = (
-        text[: tags[0][0].start()],
-        text[tags[1][0].end() : tags[2][0].start()],
-        text[tags[3][0].end() :],
-    )
+    outside = (text[: tags[0][0]], text[tags[1][1] : tags[2][0]], text[tags[3][1] :])
     if any(part.strip() for part in outside):
         return "text_outside_tags"
     if empty_action:
@@ -161,15 +169,15 @@ def _strict_error(
 
 
 def _lenient_error(
-    tags: list[tuple[re.Match[str], str, str]],
+    tags: list[_Tag],
     think: str | None,
     action: str | None,
     empty_action: bool,
 ) -> str | None:
     if action is None:
         return "empty_action" if empty_action else "missing_action"
-    has_open = any(tag == "think" and not slash for _, slash, tag in tags)
-    has_close = any(tag == "think" and slash for _, slash, tag in tags)
+    has_open = any(tag == "think" and not slash for _, _, slash, tag in tags)
+    has_close = any(tag == "think" and slash for _, _, slash, tag in tags)
     if not (has_open and has_close):
         return "missing_think"
     return None
@@ -177,8 +185,10 @@ def _lenient_error(
 
 # ---------------------------------------------------------------------------- TIR Math
 # A fenced code block: ``` or ```python / ```py / ```python3, up to the next closing fence.
-_CODE_BLOCK = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n(.*?)```", re.IGNORECASE | re.DOTALL)
-_BOXED_OPEN = re.compile(r"\\(?:boxed|fbox)\s*\{")
+# (possessive whitespace, as _TAG: a fence followed by a long run of spaces is read once; the
+# lazy body stops at the next fence, so k unclosed openers cost one pass, not k.)
+_CODE_BLOCK = re.compile(r"```[ \t]*+(?:python3?|py)?[ \t]*+\n(.*?)```", re.IGNORECASE | re.DOTALL)
+_BOXED_OPEN = re.compile(r"\\(?:boxed|fbox)\s*+\{")
 
 
 def truncate_after_code(text: str) -> str:
@@ -233,7 +243,7 @@ def _last_boxed(text: str) -> tuple[int, str] | None:
 
     One pass over the text pairs every brace (a stack), so adversarial input such as thousands
     of nested ``\\boxed{`` stays linear."""
-    opens = [m for m in _BOXED_OPEN.finditer(text)]
+    opens = [m.span() for m in _BOXED_OPEN.finditer(text)]
     if not opens:
         return None
     closing: dict[int, int] = {}
@@ -243,8 +253,8 @@ def _last_boxed(text: str) -> tuple[int, str] | None:
             stack.append(i)
         elif ch == "}" and stack:
             closing[stack.pop()] = i
-    for match in reversed(opens):
-        end = closing.get(match.end() - 1)
+    for start, brace_end in reversed(opens):
+        end = closing.get(brace_end - 1)
         if end is not None:
-            return match.start(), text[match.end() : end].strip()
+            return start, text[brace_end:end].strip()
     return None

@@ -19,8 +19,8 @@ from arlgym.core.parsing import extract_boxed
 __all__ = ["extract_boxed", "answers_match", "normalise_answer"]
 
 _LATEX_NOISE = re.compile(r"\\left|\\right|\\!|\\,|\\;|\\ |\$|\\displaystyle|\\text\{\s*\}")
-_FRAC = re.compile(r"\\[dt]?frac\s*\{([^{}]+)\}\s*\{([^{}]+)\}")
-_TEXT = re.compile(r"\\(?:text|mathrm|textbf|mbox)\s*\{([^{}]*)\}")
+_FRAC = re.compile(r"\\[dt]?frac\s*+\{([^{}]++)\}\s*+\{([^{}]++)\}")
+_TEXT = re.compile(r"\\(?:text|mathrm|textbf|mbox)\s*+\{([^{}]*+)\}")
 
 
 def normalise_answer(answer: str) -> str:

@@ -57,7 +57,7 @@ __all__ = ["TIRMathEnv"]
 _SPLIT_ALIASES = {"eval": "test", "validation": "val", "valid": "val"}
 _GENERATED_ID = re.compile(r"^tir-(\d+)$")
 _DATA_SUFFIXES = (".jsonl", ".json", ".parquet")
-_FENCE = re.compile(r"^```[ \t]*(?:python3?|py)?[ \t]*\n(.*?)\n?```\s*$", re.IGNORECASE | re.DOTALL)
+_FENCE = re.compile(r"^```[ \t]*+(?:python3?|py)?[ \t]*+\n(.*?)\n?```\s*+$", re.IGNORECASE | re.DOTALL)
 
 TIR_NO_ACTION_FEEDBACK = (
     "Your response had neither a ```python``` code block nor a \\boxed{} final answer."

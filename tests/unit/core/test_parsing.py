@@ -125,3 +125,69 @@ def test_tir_parser_is_linear_on_adversarial_input():
     # linear: ~0.03 s idle, ~0.5 s on a loaded CI machine; a quadratic scan would take minutes
     assert time.perf_counter() - t < 5
     assert not r.format_valid and r.error == "no_code_or_answer"
+
+
+# --------------------------------------------------------------- linear time on adversarial input
+def _adversarial(n: int) -> dict[str, str]:
+    """Inputs of ~n characters that made the old patterns quadratic, and tag/fence floods."""
+    return {
+        "lt_spaces": "<" + " " * n + "x",
+        "lt_slash_spaces": "< /" + " " * n + "x",
+        "lt_think_spaces": "<think" + " " * n,
+        "many_lt": "<    " * (n // 5),
+        "nested_think": "<think>" * (n // 7),
+        "unclosed_action": "<think>t</think>" + "<action>a" * (n // 9),
+        "fence_spaces": "```" + " " * n + "x",
+        "fence_tabs": "```python" + "\t" * n + "x",
+        "fence_unclosed": "```python\n" + "x = 1\n" * (n // 6),
+        "boxed_spaces": "\\boxed" + " " * n + "x",
+        "nested_boxed": "\\boxed{" * (n // 7),
+    }
+
+
+def _best_time(fn, text: str, repeat: int = 3) -> float:
+    import time
+
+    best = float("inf")
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn(text)
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
+@pytest.mark.parametrize("family", sorted(_adversarial(10)))
+def test_every_parser_is_linear_on_adversarial_families(family):
+    """10x the input costs ~10x the time (a quadratic parser: 100x; "<" + 32k spaces took 15 s).
+    Ratio-based and best-of-3, so a loaded machine does not make it flaky."""
+    from arlgym.core.parsing import extract_boxed, parse_tir_response
+
+    small, large = _adversarial(20_000)[family], _adversarial(200_000)[family]
+    for parser in (parse_response, lambda t: parse_response(t, strict=False), parse_tir_response,
+                   extract_boxed):
+        for _attempt in range(3):  # a quadratic parser fails every time; load spikes do not
+            t_small = max(_best_time(parser, small), 2e-4)  # floor: timer noise on tiny times
+            t_large = _best_time(parser, large)
+            if t_large < 1.0 and t_large / t_small < 40:
+                break
+        assert t_large < 1.0, (family, t_large)
+        assert t_large / t_small < 40, (family, t_small, t_large)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.sampled_from(["<", "/", " ", "\t", "\n", "think", "ACTION", ">", "x", "```",
+                                 "python", "py", "\\boxed", "{", "}"]), max_size=40).map("".join))
+def test_possessive_patterns_match_exactly_what_the_old_ones_did(text):
+    """The linear patterns find the same tags, code blocks and boxed openers as the original
+    backtracking ones (kept here as the reference)."""
+    import re
+
+    from arlgym.core import parsing
+
+    old_tag = re.compile(r"<\s*(/?)\s*(think|action)\s*>", re.IGNORECASE)
+    old_code = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n(.*?)```", re.IGNORECASE | re.DOTALL)
+    old_boxed = re.compile(r"\\(?:boxed|fbox)\s*\{")
+    for old, new in ((old_tag, parsing._TAG), (old_code, parsing._CODE_BLOCK),
+                     (old_boxed, parsing._BOXED_OPEN)):
+        assert [(m.span(), m.groups()) for m in old.finditer(text)] == \
+               [(m.span(), m.groups()) for m in new.finditer(text)]
