@@ -42,6 +42,7 @@ from arlgym.errors import ConfigError
 __all__ = [
     "bad_value",
     "check_bool",
+    "check_env_kwargs",
     "check_choice",
     "check_float",
     "check_int",
@@ -208,7 +209,7 @@ def check_choice(name: str, value: Any, choices: Iterable[Any], *, fix: str | No
         return value
     shown = ", ".join(repr(c) for c in options)
     expected = f"one of {shown}" + (" or None" if allow_none else "")
-    fix = fix or f"choose one of {shown}{did_you_mean(value, options)}"
+    fix = fix or f"pick one of those{did_you_mean(value, options)}"
     raise bad_value(name, value, expected, fix, where=where)
 
 
@@ -318,3 +319,57 @@ def check_sequence(name: str, value: Any, item: Callable[[str, Any], T] | None =
     if item is None:
         return list(value)
     return [item(f"{name}[{i}]", v) for i, v in enumerate(value)]
+
+
+def check_env_kwargs(env_id: str, kwargs: Mapping[str, Any] | None, *, name: str = "env_kwargs",
+                     where: str | None = None) -> None:
+    """Build one ``env_id`` env with ``kwargs`` and close it, so bad env kwargs fail up front
+    (e.g. before a trainer loads its model) as a :class:`ConfigError` naming the key.
+
+    arlgym errors raised by the env's own checks pass through unchanged; a ``TypeError`` for an
+    unknown keyword becomes a ConfigError listing the accepted ones; any other ``ValueError`` /
+    ``TypeError`` is wrapped with the env id and ``kwargs`` named.
+    """
+    import inspect
+
+    import gymnasium as gym
+
+    import arlgym  # noqa: F401  (registers the ids)
+    from arlgym.errors import ArlgymError
+
+    kwargs = check_mapping(name, kwargs, allow_none=True, where=where) or {}
+    prefix = f"{where}: " if where else ""
+    if not isinstance(env_id, str) or env_id not in gym.registry:
+        known = sorted(k for k in gym.registry if k.startswith("arl/"))
+        raise ConfigError(f"{prefix}unknown env id {env_id!r}{did_you_mean(env_id, known)}. Fix: "
+                          f"use a registered id: {', '.join(known)}")
+    try:
+        env = gym.make(env_id, **kwargs)
+    except ArlgymError:
+        raise
+    except TypeError as e:
+        entry = gym.registry[env_id].entry_point
+        accepted: list[str] = []
+        try:
+            cls = gym.envs.registration.load_env_creator(entry) if isinstance(entry, str) else entry
+            for klass in getattr(cls, "__mro__", [cls]):
+                init = getattr(klass, "__init__", None)
+                if init is None or klass is object:
+                    continue
+                accepted += [p for p, par in inspect.signature(init).parameters.items()
+                             if p != "self" and par.kind not in (par.VAR_KEYWORD, par.VAR_POSITIONAL)
+                             and p not in accepted]
+        except (TypeError, ValueError, ImportError):  # pragma: no cover - best effort listing
+            pass
+        bad = [k for k in kwargs if accepted and k not in accepted and k not in
+               ("max_episode_steps", "disable_env_checker", "render_mode")]
+        if bad:
+            raise ConfigError(f"{prefix}{name} has an unknown key {bad[0]!r} for {env_id}"
+                              f"{did_you_mean(bad[0], accepted)}. Fix: use only "
+                              f"{', '.join(sorted(accepted))}") from e
+        raise ConfigError(f"{prefix}{env_id} rejected {name}={format_value(kwargs)}: {e}. Fix: "
+                          "check the types of the values") from e
+    except ValueError as e:
+        raise ConfigError(f"{prefix}{env_id} rejected {name}={format_value(kwargs)}: {e}. Fix: "
+                          "check the values") from e
+    env.close()

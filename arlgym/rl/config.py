@@ -113,6 +113,7 @@ class TrainConfig:
     advantage_kwargs: dict = _f({}, "Extra advantage knobs, e.g. {\"cross_steps\": true}.")
 
     def __post_init__(self) -> None:
+        _check_fields(self)  # types, ranges and names of every field, before anything loads
         if self.max_steps < 0:
             raise ConfigError(f"max_steps must be >= 0, got {self.max_steps}")
         if self.max_minutes < 0:
@@ -140,3 +141,98 @@ class TrainConfig:
                     setattr(self, name, json.loads(value))
                 except json.JSONDecodeError as e:
                     raise ConfigError(f"--{name} must be JSON, got {value!r}") from e
+
+
+#: Ranges of the numeric fields, checked (with the types) before anything else happens.
+#: ``(min, max)`` inclusive; ``"gt0"``: > 0. Fields not listed only get their type checked.
+_RANGES: dict[str, Any] = {
+    "seed": (0, None), "max_steps": (0, None), "max_minutes": (0, None), "torch_threads": (0, None),
+    "save_steps": (0, None), "save_total_limit": (0, None), "eval_steps": (0, None),
+    "eval_episodes": (1, None), "test_episodes": (0, None), "vllm_max_model_len": (0, None),
+    "num_tasks": (1, None), "group_size": (1, None), "temperature": (0, None),
+    "top_p": (0, 1), "top_k": (0, None), "max_new_tokens": (1, None),
+    "generation_batch_size": (1, None), "lr": "gt0", "weight_decay": (0, None),
+    "warmup_steps": (0, None), "ppo_epochs": (1, None), "mini_batch_size": (0, None),
+    "micro_batch_tokens": (1, None), "grad_clip": (0, None), "lora_r": (0, None),
+    "lora_alpha": "gt0", "gamma": (0, 1), "step_weight": (0, None), "clip_low": (0, None),
+    "clip_high": (0, None), "seq_mask_delta": (0, None), "kl_coef": (0, None),
+    "max_tries": (1, None), "cold_start_steps": (0, None),
+}
+#: Example values for the fields whose default is None (for the fix hint of an error).
+_EXAMPLES: dict[str, Any] = {
+    "lr": 1e-6, "lora_alpha": 32, "gamma": 0.95, "step_weight": 1.0, "clip_low": 0.2,
+    "clip_high": 0.28, "seq_mask_delta": 0.1, "kl_coef": 0.01, "max_tries": 3,
+    "cold_start_steps": 0, "dynamic_sampling": True, "advantage": "gigpo", "loss": "ppo_clip",
+    "aggregation": "token-mean", "norm": "mean_std_norm",
+}
+_WHERE = "trainer config"
+
+
+def _check_fields(cfg: TrainConfig) -> None:
+    """Check every field's type and range, then the names (preset, env, loss, aggregation,
+    advantage, norm) against their registries: a bad config fails here, before any model is
+    loaded. Digit strings become ints and numeric strings floats (YAML reads ``1e-6`` as a
+    string); see :mod:`arlgym.core.validation`."""
+    import dataclasses
+    import types
+    import typing
+
+    from arlgym.core import validation as v
+
+    hints = typing.get_type_hints(type(cfg))
+    for f in dataclasses.fields(cfg):
+        tp, value = hints[f.name], getattr(cfg, f.name)
+        optional = False
+        if typing.get_origin(tp) in (typing.Union, types.UnionType):
+            args = [a for a in typing.get_args(tp) if a is not type(None)]
+            optional, tp = len(args) < len(typing.get_args(tp)), args[0]
+        rng = _RANGES.get(f.name)
+        lo, hi = rng if isinstance(rng, tuple) else (None, None)
+        example = _EXAMPLES.get(f.name, f.default)
+        fix = None
+        if example is not None and example is not dataclasses.MISSING and tp is not dict:
+            shown = json.dumps(example) if not isinstance(example, str) else example
+            fix = (f"write e.g. `{f.name}: {shown}` in the YAML file or `--{f.name} {shown}` on "
+                   "the command line" + (" (or leave it unset: null)" if optional else ""))
+        kw = {"allow_none": optional, "where": _WHERE, "fix": fix}
+        if tp is bool:
+            value = v.check_bool(f.name, value, **kw)
+        elif tp is int:
+            value = v.check_int(f.name, value, min=lo, max=hi, **kw)
+        elif tp is float:
+            value = v.check_float(f.name, value, min=lo, max=hi,
+                                  gt=0.0 if rng == "gt0" else None, **kw)
+        elif tp is str:
+            value = v.check_str(f.name, value, nonempty=False, **kw)
+        elif tp is dict or typing.get_origin(tp) is dict:
+            if isinstance(value, str):
+                try:
+                    value = json.loads(value)
+                except json.JSONDecodeError:
+                    raise v.bad_value(f.name, value, "a JSON object",
+                                      f"write it as JSON, e.g. --{f.name} '{{\"max_steps\": 10}}'",
+                                      where=_WHERE) from None
+            value = v.check_mapping(f.name, value, **kw)
+        setattr(cfg, f.name, value)
+    _check_names(cfg)
+
+
+def _check_names(cfg: TrainConfig) -> None:
+    import arlgym.rl  # noqa: F401  (fills the registries)
+    from arlgym.core.validation import check_choice
+    from arlgym.rl.advantages import NORM_MODES
+    from arlgym.rl.presets import PRESETS
+    from arlgym.rl.registry import ADVANTAGES, AGGREGATIONS, LOSSES
+
+    check_choice("algo", cfg.algo, list(PRESETS), where=_WHERE)
+    for name, registry in (("loss", LOSSES), ("aggregation", AGGREGATIONS),
+                           ("advantage", ADVANTAGES)):
+        check_choice(name, getattr(cfg, name), registry.names(), allow_none=True, where=_WHERE)
+    check_choice("norm", cfg.norm, list(NORM_MODES), allow_none=True, where=_WHERE)
+    import gymnasium as gym
+
+    import arlgym  # noqa: F401  (registers the env ids)
+
+    known = sorted(k for k in gym.registry if k.startswith("arl/"))
+    if cfg.env_id not in gym.registry:
+        check_choice("env_id", cfg.env_id, known, where=_WHERE)
