@@ -219,7 +219,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seeds the expert rooms, the model init, batch order and the RL run (default: 0)")
     p.set_defaults(func=_cmd_quickstart)
 
-    for module in ("arlgym.envs.alfworld.cli", "arlgym.envs.webshop.cli"):
+    for module in ("arlgym.arena.cli", "arlgym.envs.alfworld.cli", "arlgym.envs.webshop.cli"):
         try:
             mod = importlib.import_module(module)
         except ImportError:

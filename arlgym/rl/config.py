@@ -42,12 +42,24 @@ class TrainConfig:
                                "extra threads stall each other at every barrier.")
     resume: bool = _f(False, "Continue from the newest checkpoint in output_dir.")
     save_steps: int = _f(0, "Checkpoint every N steps (0: only at the end).")
+    save_total_limit: int = _f(0, "Keep only the newest N checkpoints (0: all). With "
+                                  "stop_on_collapse keep enough to reach back before a collapse.")
     eval_steps: int = _f(0, "Greedy eval on the fixed eval list every N steps (0: off).")
     eval_episodes: int = _f(100, "Episodes of the periodic eval (the eval_split task list).")
     eval_split: str = _f("test", "Task split of the periodic eval. Use a validation split (Sokoban: "
                                  "val) with save_best, so the test rooms stay unseen by the choice.")
     save_best: bool = _f(False, "Keep the model of the best periodic eval in output_dir/best/ "
                                 "(needs eval_steps > 0).")
+    test_episodes: int = _f(0, "Greedy eval at the end on the first N tasks of test_split, of "
+                               "final/ and (with save_best) of best/: eval/test-last.jsonl and "
+                               "eval/test-best.jsonl, each with a .summary.json carrying the "
+                               "task panel and its hash (0: off).")
+    test_split: str = _f("test", "Task split of the final eval (test_episodes).")
+    collapse_alarm: bool = _f(True, "Judge the run online with arlgym.arena.detect_collapse "
+                                    "(paper Finding 2): a warning and the alarm/collapse metric.")
+    stop_on_collapse: bool = _f(False, "End the run when the collapse alarm fires; final/ then "
+                                       "holds the last checkpoint saved before the collapse "
+                                       "began (use save_steps to have one).")
     log_with: str = _f("tensorboard", "Accelerate tracker: tensorboard | wandb | trackio | none. "
                                       "A JSONL log is always written.")
     # ---------------------------------------------------------------- rollout
@@ -93,6 +105,11 @@ class TrainConfig:
                                    "response; same loss and gradients, less compute.")
     # ---------------------------------------------------------------- algorithm (None: preset)
     advantage: str | None = _f(None, "Advantage estimator: grpo | gigpo | empg.")
+    episode_norm: str | None = _f(None, "Over what the episode advantage's group mean/std are "
+                                        "taken: turns (every turn sample of the group, verl-agent's "
+                                        "compute_mean_std_cross_steps=True, the default of every "
+                                        "preset) | trajectories (one value per trajectory, "
+                                        "verl's vanilla GRPO).")
     norm: str | None = _f(None, "Group normalisation: mean_std_norm | mean_norm.")
     gamma: float | None = _f(None, "GiGPO step-return discount γ (Table 6: 0.95).")
     step_weight: float | None = _f(None, "GiGPO step advantage weight ω (Table 6: 1.0).")
@@ -132,6 +149,10 @@ class TrainConfig:
                               f"{self.vllm_gpu_memory_utilization}")
         if self.lora_r < 0:
             raise ConfigError(f"lora_r must be >= 0, got {self.lora_r}")
+        if self.test_episodes < 0:
+            raise ConfigError(f"test_episodes must be >= 0, got {self.test_episodes}")
+        if self.episode_norm not in (None, "turns", "trajectories"):
+            raise ConfigError(f"episode_norm must be turns or trajectories, got {self.episode_norm!r}")
         if self.ppo_epochs < 1:
             raise ConfigError(f"ppo_epochs must be >= 1, got {self.ppo_epochs}")
         for name in ("env_kwargs", "loss_kwargs", "advantage_kwargs"):

@@ -55,6 +55,8 @@ __all__ = [
     "LossFn",
     "policy_loss",
     "kl_k3",
+    "is_group_metrics",
+    "IS_GROUPS",
     "ppo_clip",
     "gspo",
     "sapo",
@@ -342,6 +344,42 @@ def _is_metrics(ratio: Tensor, adv: Tensor, mask: Tensor, lo: float, hi: float) 
     }
 
 
+IS_GROUPS = tuple(f"{a}_{r}_{e}" for a in ("pos", "neg") for r in ("ratio_hi", "ratio_lo")
+                  for e in ("ent_hi", "ent_lo")) + ("zero_adv",)
+
+
+def is_group_metrics(ratio: Tensor, adv: Tensor, mask: Tensor, entropy: Tensor,
+                     kl: Tensor | None) -> Metrics:
+    """The paper's IS analysis (Figs. 3c/d, 4): tokens split by advantage sign × IS ratio
+    above/below 1 × entropy above/below the batch median (``zero_adv``: A = 0, no gradient).
+
+    For each group ``g``: ``is_groups/<g>/tokens`` is its share of the response tokens and
+    ``is_groups/<g>/kl`` its summed k3 KL to the reference per response token, so that
+    ``kl_g / Σ kl`` is the group's share of the KL. Both are token means, so the trainer's
+    token-weighted average over micro-batches keeps them exact; the entropy median is taken per
+    micro-batch (on CPU configs one micro-batch is the whole mini-batch).
+    """
+    valid = mask.bool()
+    if not bool(valid.any()):
+        return {}
+    median = entropy[valid].median()
+    sides = {"pos": adv > 0, "neg": adv < 0}
+    ratios = {"ratio_hi": ratio > 1.0, "ratio_lo": ratio <= 1.0}
+    ents = {"ent_hi": entropy > median, "ent_lo": entropy <= median}
+    out: Metrics = {}
+    for g in IS_GROUPS:
+        if g == "zero_adv":
+            sel = adv == 0
+        else:
+            a, r1, r2, e1, e2 = g.split("_")
+            sel = sides[a] & ratios[f"{r1}_{r2}"] & ents[f"{e1}_{e2}"]
+        sel = sel.float()
+        out[f"is_groups/{g}/tokens"] = masked_mean(sel, mask)
+        if kl is not None:
+            out[f"is_groups/{g}/kl"] = masked_mean(sel * kl, mask)
+    return out
+
+
 def policy_loss(
     name: str,
     logp: Tensor,
@@ -448,6 +486,9 @@ def policy_loss(
         metrics["is/ppo_kl"] = masked_mean(old_logp - logp.detach(), mask)
         metrics["is/ppo_kl_k3"] = masked_mean(kl_k3(old_logp, logp.detach(), clamp=None), mask)
         metrics["pg_loss"] = pg.detach()
+        if entropy is not None:
+            kl_tok = kl_k3(logp.detach(), ref_logp.detach()) if ref_logp is not None else None
+            metrics.update(is_group_metrics(ratio, adv, mask, entropy.detach(), kl_tok))
 
     if ref_logp is not None:
         kl_mat = kl_k3(logp, ref_logp.detach())

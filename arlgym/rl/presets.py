@@ -28,6 +28,7 @@ from arlgym.errors import ConfigError
 from arlgym.rl.filtering import DynamicSampler
 
 __all__ = [
+    "EPISODE_NORM",
     "PRESETS",
     "ENVS",
     "ENV_SETTINGS",
@@ -137,23 +138,34 @@ def _ppo(clip_low: float, clip_high: float) -> dict[str, Any]:
     return {"name": "ppo_clip", "clip_low": clip_low, "clip_high": clip_high, "dual_clip": 3.0}
 
 
+#: The one switch of the episode advantage's group statistics, shared by every preset so that
+#: two presets differ only in the dimension they study ("GiGPO vs GRPO" changes the advantage
+#: design and nothing else). ``"turns"``: the group mean/std are taken over every turn sample
+#: of the group (longer trajectories weigh more) — verl-agent's
+#: ``compute_mean_std_cross_steps=True``, the config default that the released ARLArena
+#: scripts run for GRPO, GiGPO, EMPG, DAPO and SAMPO alike (ref §3). ``"trajectories"``: one
+#: value per trajectory, as Table 1 writes GRPO's r_i and verl's ``vanilla_grpo`` computes it.
+#: ``TrainConfig.episode_norm`` overrides it per run.
+EPISODE_NORM = "turns"
+_CROSS_STEPS = EPISODE_NORM == "turns"
+
 _GRPO_ADV = {
     "name": "grpo",
-    "norm": "mean_std_norm",
-    "cross_steps": False,
-}  # T6 norm; T1 per-trajectory
+    "norm": "mean_std_norm",  # T6
+    "cross_steps": _CROSS_STEPS,  # EPISODE_NORM (released scripts; T1 writes per trajectory)
+}
 _GIGPO_ADV = {
     "name": "gigpo",
     "norm": "mean_std_norm",  # T6 group normalization mode
     "gamma": 0.95,  # T6 γ
     "step_weight": 1.0,  # T6 ω
-    "cross_steps": True,  # ref §3: verl-agent compute_mean_std_cross_steps=True
+    "cross_steps": _CROSS_STEPS,  # EPISODE_NORM; ref §3: compute_mean_std_cross_steps=True
     "discount_penalty": False,  # ref §1.2: penalty subtracted after discounting
 }
 _EMPG_ADV = {
     "name": "empg",
     "norm": "mean_std_norm",  # T6
-    "cross_steps": False,  # ref §5: EMPG is applied on top of GRPO advantages
+    "cross_steps": _CROSS_STEPS,  # EPISODE_NORM; ref §5: EMPG modulates GRPO advantages
     "empg_k": 1.0,  # T6 k
     "empg_k_future": 1.0,  # T6 k'
     "empg_zeta": 0.05,  # T6 ζ

@@ -78,6 +78,8 @@ def resolve_algorithm(cfg: TrainConfig) -> dict[str, Any]:
             adv[key] = getattr(cfg, key)
     if cfg.advantage is not None:
         adv["name"] = cfg.advantage
+    if cfg.episode_norm is not None:
+        adv["cross_steps"] = cfg.episode_norm == "turns"
     adv.update(cfg.advantage_kwargs)
     loss = preset["loss"]
     if cfg.loss is not None:
@@ -297,22 +299,52 @@ class Trainer:
         return self.out / "checkpoints" / f"step-{step:06d}"
 
     def save_checkpoint(self) -> Path:
+        """Written under ``step-N.tmp`` and renamed when complete, so a run killed while
+        saving never leaves a half-written checkpoint for ``--resume`` to trip on."""
+        import shutil
+
         path = self._checkpoint_dir(self.step)
-        self.accelerator.save_state(str(path))
+        tmp = path.with_name(path.name + ".tmp")
         if self.accelerator.is_main_process:
-            (path / "trainer_state.json").write_text(json.dumps({"step": self.step}))
+            shutil.rmtree(tmp, ignore_errors=True)
+        self.accelerator.wait_for_everyone()
+        self.accelerator.save_state(str(tmp))
+        if self.accelerator.is_main_process:
+            (tmp / "trainer_state.json").write_text(json.dumps({"step": self.step}))
         # each rank's task-stream position (ranks draw disjoint tasks)
-        (path / f"collector_rank{self.accelerator.process_index}.json").write_text(
+        (tmp / f"collector_rank{self.accelerator.process_index}.json").write_text(
             json.dumps({"next_seed": self.collector.vec._next_seed,
                         "batches": self.collector._batches}))
         self.accelerator.wait_for_everyone()
+        if self.accelerator.is_main_process:
+            shutil.rmtree(path, ignore_errors=True)
+            tmp.rename(path)
+            if self.cfg.save_total_limit:
+                for old in self.checkpoints()[: -self.cfg.save_total_limit]:
+                    shutil.rmtree(old, ignore_errors=True)
+        self.accelerator.wait_for_everyone()
         return path
 
+    def checkpoints(self) -> list[Path]:
+        """Complete checkpoints, oldest first (``.tmp`` folders of an interrupted save are not)."""
+        return sorted(p for p in (self.out / "checkpoints").glob("step-*")
+                      if not p.name.endswith(".tmp") and (p / "trainer_state.json").exists())
+
     def _resume(self) -> None:
-        ckpts = sorted((self.out / "checkpoints").glob("step-*"))
+        ckpts = self.checkpoints()
         if not ckpts:
             raise ConfigError(f"--resume: no checkpoint under {self.out / 'checkpoints'}")
-        path = ckpts[-1]
+        self._load_checkpoint(ckpts[-1])
+        # rows logged after that checkpoint are replayed by this run: drop them, so the log
+        # of an interrupted and resumed run equals that of an uninterrupted one
+        log = self.out / "metrics.jsonl"
+        if self.accelerator.is_main_process and log.exists():
+            rows = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+            kept = [r for r in rows if r.get("step", 0) <= self.step]
+            log.write_text("".join(json.dumps(r) + "\n" for r in kept))
+        self.accelerator.wait_for_everyone()
+
+    def _load_checkpoint(self, path: Path) -> None:
         self.accelerator.load_state(str(path))
         self.step = json.loads((path / "trainer_state.json").read_text())["step"]
         state = json.loads((path / f"collector_rank{self.accelerator.process_index}.json").read_text())
@@ -518,7 +550,9 @@ class Trainer:
         if len(adv):
             metrics.update({k: float(v) for k, v in advantage_metrics(adv).items()})
         tokens = sum(s.num_tokens for s in samples)
-        metrics.update({"samples": float(len(samples)), "time/rollout_s": t_roll,
+        metrics.update({"samples": float(len(samples)), "tokens": float(tokens),
+                        "response_length": float(np.mean([len(s.response_ids) for s in samples]))
+                        if samples else 0.0, "time/rollout_s": t_roll,
                         "time/train_s": t_train, "time/step_s": time.perf_counter() - t0,
                         "tokens_per_s": tokens / max(1e-9, t_train)})
         return self._reduce_metrics(metrics)
@@ -549,7 +583,7 @@ class Trainer:
             model.train()
         o = summary["overall"]
         return {"eval/success_rate": o["success_rate"], "eval/success_se": o["success_se"],
-                "eval/format_valid_ratio": o["format_valid_ratio"]}
+                "eval/score": o["mean_score"], "eval/format_valid_ratio": o["format_valid_ratio"]}
 
     def train(self) -> list[dict[str, float]]:
         from tqdm.auto import tqdm
@@ -560,6 +594,7 @@ class Trainer:
         bar = tqdm(total=cfg.max_steps, initial=self.step, desc=f"{cfg.algo} {cfg.env_id}",
                    disable=not acc.is_main_process)
         started = time.perf_counter()
+        alarm = self._collapse_monitor(log_path)
         while self.step < cfg.max_steps:
             metrics = self.train_step()
             if cfg.eval_steps and self.step % cfg.eval_steps == 0:
@@ -569,6 +604,7 @@ class Trainer:
                         self._keep_if_best(metrics["eval/success_rate"])
                 acc.wait_for_everyone()
             metrics["step"] = self.step
+            stop = self._check_collapse(alarm, metrics)
             history.append(metrics)
             if acc.is_main_process:
                 with log_path.open("a") as fh:
@@ -577,15 +613,99 @@ class Trainer:
                 bar.set_postfix(success=f"{metrics['env/success_rate']:.2f}",
                                 fmt=f"{metrics['env/format_valid_ratio']:.2f}")
             acc.log(metrics, step=self.step)
+            if stop:
+                self._restore_healthy(alarm.fired)
+                break
             if cfg.save_steps and self.step % cfg.save_steps == 0:
                 self.save_checkpoint()
             if cfg.max_minutes and self._all_max(int(time.perf_counter() - started > cfg.max_minutes * 60)):
                 break
         bar.close()
         self.save_final()
+        if cfg.test_episodes and acc.is_main_process:
+            self.final_evaluation()
+        acc.wait_for_everyone()
         acc.end_training()
         self.collector.close()
         return history
+
+    # ------------------------------------------------------------------ collapse alarm hook
+    def _collapse_monitor(self, log_path: Path):
+        """The online collapse alarm (:class:`arlgym.arena.alarm.CollapseMonitor`), primed
+        with the rows a resumed run already logged; None when ``collapse_alarm`` is off."""
+        if not self.cfg.collapse_alarm:
+            return None
+        from arlgym.arena.alarm import CollapseMonitor
+
+        rows = []
+        if log_path.exists():
+            rows = [json.loads(line) for line in log_path.read_text().splitlines() if line.strip()]
+        return CollapseMonitor(rows)
+
+    def _check_collapse(self, alarm, metrics: dict[str, float]) -> bool:
+        """Feed this step to the alarm; log ``alarm/collapse``; whether the run must stop."""
+        if alarm is None:
+            return False
+        verdict = alarm.update(metrics)
+        metrics["alarm/collapse"] = float(alarm.fired is not None)
+        if verdict is not None and self.accelerator.is_main_process:
+            warnings.warn(f"collapse alarm at step {verdict['detected_at']} (began at step "
+                          f"{verdict['step']}): {verdict['reason']}", stacklevel=2)
+            (self.out / "collapse.json").write_text(json.dumps(verdict, indent=2))
+        return bool(self.cfg.stop_on_collapse and alarm.fired is not None)
+
+    def _restore_healthy(self, verdict: dict[str, Any]) -> None:
+        """stop_on_collapse: reload the newest checkpoint from before the collapse began, so
+        ``final/`` is the last healthy policy (the live one is kept if there is none)."""
+        healthy = [p for p in self.checkpoints()
+                   if json.loads((p / "trainer_state.json").read_text())["step"] < verdict["step"]]
+        if healthy:
+            self._load_checkpoint(healthy[-1])
+        elif self.accelerator.is_main_process:
+            warnings.warn("stop_on_collapse: no checkpoint from before the collapse (set "
+                          "save_steps); final/ holds the policy at the alarm", stacklevel=2)
+        if self.accelerator.is_main_process:
+            record = json.loads((self.out / "collapse.json").read_text())
+            record["stopped"] = True
+            record["final_from_step"] = self.step if healthy else None
+            (self.out / "collapse.json").write_text(json.dumps(record, indent=2))
+
+    # ------------------------------------------------------------------ final test eval
+    def final_evaluation(self) -> dict[str, dict[str, Any]]:
+        """Greedy eval of final/ (and best/) on the test panel: ``eval/test-{last,best}.jsonl``
+        and ``.summary.json`` files that carry the panel and its hash (main process)."""
+        from arlgym.evaluation.panel import make_panel
+        from arlgym.evaluation.runner import evaluate
+        from arlgym.policies import SamplingParams, make_policy
+        from arlgym.policies.hf import HFPolicy
+
+        cfg = self.cfg
+        panel = make_panel(cfg.env_id, cfg.test_split, cfg.test_episodes, cfg.env_kwargs)
+        folder = self.out / "eval"
+        folder.mkdir(exist_ok=True)
+        model = self.accelerator.unwrap_model(self.model)
+        policies = {"last": HFPolicy(model, tokenizer=self.tokenizer,
+                                     batch_size=self.cfg.generation_batch_size)}
+        if (self.out / "best" / "best.json").exists():
+            policies["best"] = make_policy(f"hf:{self.out / 'best'}")
+        out: dict[str, dict[str, Any]] = {}
+        model.eval()
+        try:
+            for name, policy in policies.items():
+                path = folder / f"test-{name}.jsonl"
+                summary, _ = evaluate(
+                    cfg.env_id, policy, episodes=cfg.test_episodes, split=cfg.test_split, out=path,
+                    batch_size=64, env_kwargs=cfg.env_kwargs, progress=False,
+                    sampling=SamplingParams(temperature=0.0, max_new_tokens=cfg.max_new_tokens))
+                summary.update({"checkpoint": name, "panel": panel, "panel_hash": panel["hash"],
+                                "train_step": self.step})
+                if name == "best":
+                    summary["best"] = json.loads((self.out / "best" / "best.json").read_text())
+                path.with_suffix(".summary.json").write_text(json.dumps(summary, indent=2))
+                out[name] = summary
+        finally:
+            model.train()
+        return out
 
     def save_final(self) -> Path:
         path = self.out / "final"

@@ -1,0 +1,492 @@
+"""``arlgym arena report OUT...``: a grid's runs read as the paper reads them.
+
+Writes into ``<first OUT>/report/``:
+
+* ``table.md`` / ``table.csv`` — Table 3's layout: methods grouped by design dimension, per
+  env the success rate (and WebShop's score) as mean ± standard error over seeds, the change
+  against GRPO, the checkpoint each cell uses (best-on-val or last), the collapse verdicts and
+  the budget actually spent (env steps, tokens);
+* ``curves/<metric>.png`` — training curves, every seed of a method in one colour (mean line,
+  band = ± standard error over seeds);
+* ``is_analysis/<run>.png`` — the paper's IS analysis (Figs. 3c/d, 4): per step, the tokens
+  split by advantage sign × IS ratio above/below 1 × entropy above/below the median, each
+  group's share of the tokens and of the KL to the reference, as stacked areas;
+* ``sankey/<method>.html`` + ``.png`` — action transitions of each method's test episodes, won
+  vs lost (Appendix F), beside ``patterns/<method>.png`` heat maps;
+* ``report.json`` (every number shown, each run's config hash, panel hash and collapse
+  verdict) and ``index.html`` tying it together.
+
+Runs are comparable only on the same evaluation panel: the report refuses (``ConfigError``)
+to put runs of one env with different panel hashes in one table.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import html
+import json
+import math
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from arlgym.arena.alarm import detect_collapse
+from arlgym.errors import ConfigError
+
+__all__ = ["RunResult", "load_runs", "build_table", "write_report", "DIMENSIONS", "CURVES"]
+
+#: Table 3's rows: design dimension -> presets (paper Table 1 / §4), in the paper's order
+DIMENSIONS: dict[str, list[str]] = {
+    "Baseline": ["grpo"],
+    "Loss aggregation": ["grpo_st"],
+    "IS clipping": ["gspo", "sapo", "sapo_sm", "cispo", "cispo_sm", "grpo_sm"],
+    "Advantage design": ["gigpo", "empg"],
+    "Trajectory filtering": ["dapo_grpo", "dapo_gigpo"],
+    "Ours": ["sampo"],
+}
+_DIMENSION_OF = {a: d for d, algos in DIMENSIONS.items() for a in algos}
+
+#: curve file name -> (title, metric keys plotted in it)
+CURVES: dict[str, tuple[str, list[str]]] = {
+    "success": ("rollout success rate", ["env/success_rate"]),
+    "val_success": ("greedy success on the validation panel", ["eval/success_rate"]),
+    "format_valid": ("format-valid ratio", ["env/format_valid_ratio"]),
+    "kl_ref": ("KL to the reference (k3)", ["kl"]),
+    "kl_old_new": ("KL old/new (k3)", ["is/ppo_kl_k3"]),
+    "entropy": ("token entropy", ["entropy"]),
+    "grad_norm": ("gradient norm", ["grad_norm"]),
+    "clip_low": ("clip fraction, low", ["clip_ratio/low_mean"]),
+    "clip_high": ("clip fraction, high", ["clip_ratio/high_mean"]),
+    "is_low_neg": ("IS ratio < 1-ε with A < 0 (token fraction)", ["is/out_low_neg_adv_frac"]),
+    "is_high_pos": ("IS ratio > 1+ε with A > 0 (token fraction)", ["is/out_high_pos_adv_frac"]),
+    "response_length": ("response length (tokens)", ["response_length"]),
+    "masked_frac": ("sequence-masked fraction", ["seq_mask/masked_frac"]),
+}
+
+
+@dataclass
+class RunResult:
+    """One run folder, read back."""
+
+    folder: Path
+    label: str  # method (+ override) = the run folder's parent name
+    algo: str
+    seed: int
+    config: dict[str, Any]
+    rows: list[dict[str, Any]]
+    evals: dict[str, dict[str, Any]] = field(default_factory=dict)  # "last"/"best" -> summary
+    collapse: dict[str, Any] | None = None
+
+    @property
+    def env_id(self) -> str:
+        return self.config.get("env_id", "?")
+
+    @property
+    def panel_hash(self) -> str | None:
+        hashes = {e.get("panel_hash") for e in self.evals.values()}
+        return next(iter(hashes)) if len(hashes) == 1 else None
+
+    @property
+    def config_hash(self) -> str:
+        keep = {k: v for k, v in self.config.items()
+                if k not in ("output_dir", "resume", "torch_threads", "seed", "log_with")}
+        text = json.dumps(keep, sort_keys=True, default=str)
+        return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
+
+    def total(self, key: str) -> float:
+        return float(sum(r.get(key, 0.0) for r in self.rows))
+
+
+def _read_rows(path: Path) -> list[dict[str, Any]]:
+    rows = []
+    if path.exists():
+        for line in path.read_text().splitlines():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue  # a torn last line of a killed run
+    return rows
+
+
+def load_runs(outs: Sequence[str | Path]) -> list[RunResult]:
+    """Every run folder (``*/seed-*/config.json``) under the given grid folders."""
+    runs = []
+    for out in outs:
+        root = Path(out)
+        if not root.is_dir():
+            raise ConfigError(f"arena report: {root} is not a folder; give the --out of "
+                              "`arlgym arena run`")
+        for cfg_path in sorted(root.glob("*/seed-*/config.json")):
+            folder = cfg_path.parent
+            config = json.loads(cfg_path.read_text())["config"]
+            evals = {}
+            for name in ("last", "best"):
+                p = folder / "eval" / f"test-{name}.summary.json"
+                if p.exists():
+                    evals[name] = json.loads(p.read_text())
+            rows = _read_rows(folder / "metrics.jsonl")
+            runs.append(RunResult(folder=folder, label=folder.parent.name,
+                                  algo=config.get("algo", folder.parent.name.split("__")[0]),
+                                  seed=int(config.get("seed", 0)), config=config, rows=rows,
+                                  evals=evals, collapse=detect_collapse(rows)))
+    if not runs:
+        raise ConfigError(f"arena report: no runs under {', '.join(map(str, outs))} "
+                          "(expected <out>/<method>/seed-<n>/config.json)")
+    return runs
+
+
+def check_panels(runs: Sequence[RunResult]) -> dict[str, str | None]:
+    """env id -> the one panel hash of its runs; ``ConfigError`` when runs of an env disagree
+    (different task lists, env kwargs or arlgym versions are not comparable)."""
+    by_env: dict[str, dict[str | None, list[str]]] = defaultdict(lambda: defaultdict(list))
+    for r in runs:
+        by_env[r.env_id][r.panel_hash].append(f"{r.label}/seed-{r.seed}")
+    out = {}
+    for env, panels in by_env.items():
+        if len(panels) > 1:
+            detail = "; ".join(f"panel {h or '(no test eval)'}: {', '.join(v[:4])}"
+                               f"{' …' if len(v) > 4 else ''}" for h, v in panels.items())
+            raise ConfigError(f"arena report: runs on {env} were evaluated on different panels "
+                              f"and cannot share a table ({detail}); report them separately")
+        out[env] = next(iter(panels))
+    return out
+
+
+def _mean_se(values: Sequence[float]) -> tuple[float, float]:
+    n = len(values)
+    if n == 0:
+        return float("nan"), float("nan")
+    mean = sum(values) / n
+    if n == 1:
+        return mean, float("nan")
+    var = sum((v - mean) ** 2 for v in values) / (n - 1)
+    return mean, math.sqrt(var / n)
+
+
+def _pick(run: RunResult, checkpoint: str) -> tuple[str, dict[str, Any] | None]:
+    """(checkpoint used, its overall test metrics) for ``checkpoint`` = best | last | auto."""
+    if checkpoint in ("best", "auto") and "best" in run.evals:
+        return "best", run.evals["best"]["overall"]
+    if checkpoint == "best":
+        return "best", None
+    if "last" in run.evals:
+        return "last", run.evals["last"]["overall"]
+    # no test eval: the last periodic (validation) eval, if any
+    val = [r for r in run.rows if "eval/success_rate" in r]
+    if val:
+        r = val[-1]
+        return "last (val)", {"success_rate": r["eval/success_rate"],
+                              "mean_score": r.get("eval/score", float("nan"))}
+    return "none", None
+
+
+def _order(labels: Sequence[str]) -> list[tuple[str, str]]:
+    """(dimension, label) in Table 3's order; unknown presets go last."""
+    def key(label: str) -> tuple[int, int, str]:
+        algo = label.split("__")[0]
+        dims = list(DIMENSIONS)
+        dim = _DIMENSION_OF.get(algo)
+        if dim is None:
+            return len(dims), 0, label
+        return dims.index(dim), DIMENSIONS[dim].index(algo), label
+    return [(_DIMENSION_OF.get(lab.split("__")[0], "Other"), lab) for lab in sorted(labels, key=key)]
+
+
+def build_table(runs: Sequence[RunResult], checkpoint: str = "auto") -> dict[str, Any]:
+    """The table's numbers: per env, per method (label), mean ± SE over seeds and more."""
+    panels = check_panels(runs)
+    envs = sorted(panels)
+    by = defaultdict(list)
+    for r in runs:
+        by[(r.env_id, r.label)].append(r)
+    rows = []
+    for dim, label in _order({r.label for r in runs}):
+        row: dict[str, Any] = {"dimension": dim, "method": label, "envs": {}}
+        for env in envs:
+            group = sorted(by.get((env, label), []), key=lambda r: r.seed)
+            if not group:
+                continue
+            picks = [_pick(r, checkpoint) for r in group]
+            succ = [p[1]["success_rate"] for p in picks if p[1] is not None]
+            score = [p[1].get("mean_score", float("nan")) for p in picks if p[1] is not None]
+            m, se = _mean_se(succ)
+            sm, sse = _mean_se(score)
+            collapsed = [{"seed": r.seed, "step": r.collapse["step"]} for r in group if r.collapse]
+            row["envs"][env] = {
+                "success_mean": m, "success_se": se, "score_mean": sm, "score_se": sse,
+                "per_seed": {r.seed: (p[1] or {}).get("success_rate") for r, p in zip(group, picks, strict=True)},
+                "checkpoint": sorted({p[0] for p in picks}),
+                "seeds": [r.seed for r in group], "n_eval": len(succ),
+                "collapsed": collapsed,
+                "steps": [len(r.rows) for r in group],
+                "env_steps": _mean_se([r.total("env/turns") for r in group])[0],
+                "tokens": _mean_se([r.total("tokens") for r in group])[0],
+            }
+        rows.append(row)
+    for env in envs:  # % change against GRPO (same override variant when there is one)
+        for row in rows:
+            cell = row["envs"].get(env)
+            if cell is None:
+                continue
+            variant = row["method"].partition("__")[2]
+            base_label = f"grpo__{variant}" if variant else "grpo"
+            base = next((r["envs"].get(env) for r in rows if r["method"] == base_label), None)
+            if base and base["success_mean"] and not math.isnan(base["success_mean"]):
+                cell["vs_grpo_pct"] = 100.0 * (cell["success_mean"] - base["success_mean"]) / base["success_mean"]
+            else:
+                cell["vs_grpo_pct"] = None
+    return {"envs": envs, "panels": panels, "checkpoint": checkpoint, "rows": rows}
+
+
+def _fmt(m: float, se: float, pct: bool = True) -> str:
+    if m is None or math.isnan(m):
+        return "–"
+    if pct:
+        return f"{100 * m:.1f}" + ("" if math.isnan(se) else f" ± {100 * se:.1f}")
+    return f"{m:.3f}" + ("" if math.isnan(se) else f" ± {se:.3f}")
+
+
+def _table_lines(table: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    header = ["dimension", "method"]
+    webshop = {e for e in table["envs"] if "WebShop" in e}
+    for env in table["envs"]:
+        short = env.split("/")[-1]
+        header += [f"{short} success %", f"{short} vs GRPO"]
+        if env in webshop:
+            header.append(f"{short} score")
+        header += [f"{short} checkpoint", f"{short} seeds", f"{short} collapsed",
+                   f"{short} env steps", f"{short} tokens"]
+    body = []
+    for row in table["rows"]:
+        line = [row["dimension"], row["method"]]
+        for env in table["envs"]:
+            c = row["envs"].get(env)
+            n = 8 if env in webshop else 7
+            if c is None:
+                line += ["–"] * n
+                continue
+            pct = c.get("vs_grpo_pct")
+            line += [_fmt(c["success_mean"], c["success_se"]),
+                     "–" if pct is None else f"{pct:+.1f}%"]
+            if env in webshop:
+                line.append(_fmt(c["score_mean"], c["score_se"], pct=False))
+            coll = c["collapsed"]
+            line += ["/".join(c["checkpoint"]), str(len(c["seeds"])),
+                     f"{len(coll)}/{len(c['seeds'])}" + (
+                         " (step " + ", ".join(str(x["step"]) for x in coll) + ")" if coll else ""),
+                     f"{c['env_steps']:.0f}", f"{c['tokens']:.0f}"]
+        body.append(line)
+    return header, body
+
+
+def write_table(table: dict[str, Any], folder: Path) -> tuple[Path, Path]:
+    header, body = _table_lines(table)
+    md = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    md += ["| " + " | ".join(line) + " |" for line in body]
+    note = ("Success: greedy, on the test panel, mean ± standard error over seeds (percent); "
+            "'vs GRPO': relative change of the mean. Checkpoint: best-on-validation or last. "
+            "Collapsed: seeds whose run the collapse alarm judged collapsed (and where it began).")
+    (folder / "table.md").write_text("\n".join(md) + "\n\n" + note + "\n")
+    with (folder / "table.csv").open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(header)
+        w.writerows(body)
+    return folder / "table.md", folder / "table.csv"
+
+
+# ------------------------------------------------------------------------------ pictures
+def _colors(labels: Sequence[str]) -> dict[str, Any]:
+    import matplotlib
+
+    cmap = matplotlib.colormaps["tab20" if len(labels) > 10 else "tab10"]
+    return {lab: cmap(i % cmap.N) for i, lab in enumerate(labels)}
+
+
+def plot_curves(runs: Sequence[RunResult], folder: Path) -> dict[str, Path]:
+    """One PNG per metric of :data:`CURVES`: per method the mean over seeds and a ± SE band."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    folder.mkdir(parents=True, exist_ok=True)
+    labels = [lab for _d, lab in _order({r.label for r in runs})]
+    colors = _colors(labels)
+    out = {}
+    for name, (title, keys) in CURVES.items():
+        fig, ax = plt.subplots(figsize=(7, 4))
+        drawn = False
+        for label in labels:
+            series = defaultdict(list)  # step -> values over seeds
+            for r in runs:
+                if r.label != label:
+                    continue
+                for row in r.rows:
+                    for k in keys:
+                        if isinstance(row.get(k), (int, float)):
+                            series[row["step"]].append(float(row[k]))
+            if not series:
+                continue
+            steps = sorted(series)
+            mean = np.array([np.mean(series[s]) for s in steps])
+            se = np.array([np.std(series[s], ddof=1) / math.sqrt(len(series[s]))
+                           if len(series[s]) > 1 else 0.0 for s in steps])
+            ax.plot(steps, mean, color=colors[label], label=label, lw=1.6,
+                    marker="o" if len(steps) < 12 else None, ms=3)
+            ax.fill_between(steps, mean - se, mean + se, color=colors[label], alpha=0.18, lw=0)
+            drawn = True
+        if not drawn:
+            plt.close(fig)
+            continue
+        ax.set(title=title + " (mean ± SE over seeds)", xlabel="step")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, ncol=2)
+        fig.tight_layout()
+        path = folder / f"{name}.png"
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        out[name] = path
+    return out
+
+
+def plot_is_analysis(run: RunResult, path: Path) -> Path | None:
+    """Stacked areas of the IS groups' token share and KL share per step (one run)."""
+    from arlgym.rl.losses import IS_GROUPS
+
+    rows = [r for r in run.rows if any(k.startswith("is_groups/") for k in r)]
+    if not rows:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    steps = [r["step"] for r in rows]
+    tok = np.array([[r.get(f"is_groups/{g}/tokens", 0.0) for r in rows] for g in IS_GROUPS])
+    kl = np.array([[r.get(f"is_groups/{g}/kl", 0.0) for r in rows] for g in IS_GROUPS])
+    kl_share = kl / np.maximum(kl.sum(axis=0, keepdims=True), 1e-12)
+    cmap = matplotlib.colormaps["tab10"]
+    colors = [cmap(i) for i in range(len(IS_GROUPS) - 1)] + [(0.8, 0.8, 0.8, 1.0)]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), sharex=True)
+    labels = [g.replace("_", " ").replace("ratio ", "r").replace("ent ", "H") for g in IS_GROUPS]
+    axes[0].stackplot(steps, tok, labels=labels, colors=colors, alpha=0.85)
+    axes[0].set(title="share of response tokens", xlabel="step", ylim=(0, 1))
+    if kl.sum() > 0:
+        axes[1].stackplot(steps, kl_share, colors=colors, alpha=0.85)
+        axes[1].set(title="share of the KL to the reference", xlabel="step", ylim=(0, 1))
+    else:
+        axes[1].text(0.5, 0.5, "no reference model (kl_coef = 0)", ha="center",
+                     transform=axes[1].transAxes)
+    fig.suptitle(f"IS analysis — {run.label} seed {run.seed} "
+                 "(advantage sign × IS ratio vs 1 × entropy vs median)", fontsize=10)
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="center right", fontsize=7)
+    fig.tight_layout(rect=(0, 0, 0.84, 1))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def write_flows(runs: Sequence[RunResult], folder: Path, checkpoint: str) -> dict[str, dict[str, str]]:
+    """Per method: Sankey HTML + PNG and the transition heat map of its test episodes."""
+    from arlgym.evaluation.patterns import pattern_report, plot_transitions
+    from arlgym.evaluation.sankey import plot_sankey_png, sankey_flows, write_sankey_html
+    from arlgym.rollout import load_jsonl
+
+    by = defaultdict(list)
+    for r in runs:
+        name, _ = _pick(r, checkpoint)
+        path = r.folder / "eval" / f"test-{name}.jsonl"
+        if path.exists():
+            by[(r.env_id, r.label)].extend(load_jsonl(path))
+    out = {}
+    for (env, label), trajs in sorted(by.items()):
+        stem = label if len({e for e, _ in by}) == 1 else f"{env.split('/')[-1]}__{label}"
+        flows = sankey_flows(trajs)
+        title = f"{label} on {env}"
+        out[stem] = {
+            "html": str(write_sankey_html(flows, folder / "sankey" / f"{stem}.html", title)),
+            "png": str(plot_sankey_png(flows, folder / "sankey" / f"{stem}.png", title)),
+            "heatmap": str(plot_transitions(pattern_report(trajs), folder / "patterns" / f"{stem}.png")),
+        }
+    return out
+
+
+# ------------------------------------------------------------------------------ html
+def _index_html(table: dict[str, Any], folder: Path, curves: dict[str, Path],
+                is_plots: dict[str, Path], flows: dict[str, dict[str, str]],
+                runs: Sequence[RunResult]) -> str:
+    header, body = _table_lines(table)
+    rel = lambda p: html.escape(str(Path(p).relative_to(folder)))  # noqa: E731
+    parts = ["<!doctype html><html><head><meta charset='utf-8'><title>arlgym arena report</title>",
+             "<style>body{font-family:sans-serif;margin:2em;max-width:1400px}"
+             "table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;"
+             "padding:3px 7px}th{background:#eee}img{max-width:48%;margin:4px}"
+             ".bad{color:#b00}</style></head><body>",
+             "<h1>arlgym arena report</h1>",
+             f"<p>{len(runs)} runs; panels: " + ", ".join(
+                 f"{html.escape(e)} = <code>{p}</code>" for e, p in table["panels"].items()) + "</p>",
+             "<h2>Table (paper Table 3 layout)</h2><table><tr>"
+             + "".join(f"<th>{html.escape(h)}</th>" for h in header) + "</tr>"]
+    for line in body:
+        parts.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in line) + "</tr>")
+    parts.append("</table><p>Success: greedy on the test panel, mean ± standard error over "
+                 "seeds. <a href='table.md'>table.md</a> · <a href='table.csv'>table.csv</a> · "
+                 "<a href='report.json'>report.json</a></p>")
+    parts.append("<h2>Collapse verdicts</h2><ul>")
+    for r in sorted(runs, key=lambda r: (r.label, r.seed)):
+        if r.collapse:
+            parts.append(f"<li class='bad'>{html.escape(r.label)} seed {r.seed}: collapsed at step "
+                         f"{r.collapse['step']} — {html.escape(r.collapse['reason'])}</li>")
+        else:
+            parts.append(f"<li>{html.escape(r.label)} seed {r.seed}: healthy</li>")
+    parts.append("</ul><h2>Training curves</h2>")
+    parts += [f"<img src='{rel(p)}' alt='{html.escape(n)}'>" for n, p in curves.items()]
+    parts.append("<h2>IS analysis (paper Figs. 3–4)</h2>")
+    parts += [f"<img src='{rel(p)}' alt='{html.escape(n)}'>" for n, p in is_plots.items()]
+    parts.append("<h2>Action transitions (paper Appendix F)</h2>")
+    for name, f in flows.items():
+        parts.append(f"<h3>{html.escape(name)}</h3><a href='{rel(f['html'])}'>interactive "
+                     f"Sankey</a><br><img src='{rel(f['png'])}' alt='sankey {html.escape(name)}'>"
+                     f"<img src='{rel(f['heatmap'])}' alt='heat map {html.escape(name)}'>")
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def write_report(outs: Sequence[str | Path], checkpoint: str = "auto",
+                 report_dir: str | Path | None = None) -> Path:
+    """Everything in the module docstring; returns the report folder."""
+    if checkpoint not in ("auto", "best", "last"):
+        raise ConfigError(f"--checkpoint must be auto, best or last, got {checkpoint!r}")
+    runs = load_runs(outs)
+    folder = Path(report_dir) if report_dir else Path(outs[0]) / "report"
+    folder.mkdir(parents=True, exist_ok=True)
+    table = build_table(runs, checkpoint)
+    write_table(table, folder)
+    curves = plot_curves(runs, folder / "curves")
+    is_plots = {}
+    for r in sorted(runs, key=lambda r: (r.label, r.seed)):
+        p = plot_is_analysis(r, folder / "is_analysis" / f"{r.label}__seed-{r.seed}.png")
+        if p is not None:
+            is_plots[f"{r.label} seed {r.seed}"] = p
+    flows = write_flows(runs, folder, checkpoint)
+    report = {
+        "table": table,
+        "runs": [{"run": f"{r.label}/seed-{r.seed}", "folder": str(r.folder), "algo": r.algo,
+                  "seed": r.seed, "env_id": r.env_id, "config_hash": r.config_hash,
+                  "panel_hash": r.panel_hash, "steps": len(r.rows),
+                  "collapse": r.collapse, "verdict": "collapsed" if r.collapse else "healthy",
+                  "test": {k: v["overall"] for k, v in r.evals.items()}}
+                 for r in sorted(runs, key=lambda r: (r.label, r.seed))],
+        "curves": {k: str(v) for k, v in curves.items()},
+        "is_analysis": {k: str(v) for k, v in is_plots.items()},
+        "flows": flows,
+    }
+    (folder / "report.json").write_text(json.dumps(report, indent=2, default=str))
+    (folder / "index.html").write_text(_index_html(table, folder, curves, is_plots, flows, runs))
+    return folder
