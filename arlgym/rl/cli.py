@@ -12,6 +12,7 @@ import typing
 from pathlib import Path
 from typing import Any
 
+from arlgym.core.validation import check_env_kwargs, did_you_mean
 from arlgym.errors import ArlgymError, ConfigError
 from arlgym.rl.config import TrainConfig
 
@@ -50,8 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", default=None, help="YAML file with TrainConfig fields")
     hints = typing.get_type_hints(TrainConfig)
     for f in dataclasses.fields(TrainConfig):
+        # argparse %-formats help texts: a literal % (e.g. "~30% more compute") must be doubled
         p.add_argument(f"--{f.name}", type=_converter(hints[f.name]), default=argparse.SUPPRESS,
-                       help=f.metadata.get("help", ""))
+                       help=f.metadata.get("help", "").replace("%", "%%"))
     return p
 
 
@@ -64,12 +66,27 @@ def parse_train_config(argv: list[str] | None = None) -> TrainConfig:
 
         path = Path(config)
         if not path.is_file():
-            raise ConfigError(f"--config {config}: no such file")
-        loaded = yaml.safe_load(path.read_text()) or {}
+            raise ConfigError(f"--config {config}: no such file. Fix: give the path of a YAML "
+                              "file of TrainConfig fields (see configs/)")
+        try:
+            loaded = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        except UnicodeDecodeError as e:
+            raise ConfigError(f"{config}: not a UTF-8 text file ({e.reason}). Fix: give a YAML "
+                              "file") from None
+        except yaml.YAMLError as e:
+            mark = getattr(e, "problem_mark", None)
+            where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+            problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+            raise ConfigError(f"{config}: YAML syntax error{where}: {problem}. Fix: write one "
+                              "`field: value` per line (see configs/ for examples)") from None
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"{config}: expected a mapping of TrainConfig fields (`field: "
+                              f"value` lines), got a {type(loaded).__name__}")
         known = {f.name for f in dataclasses.fields(TrainConfig)}
-        unknown = sorted(set(loaded) - known)
-        if unknown:
-            raise ConfigError(f"{config}: unknown field(s) {unknown}; see --help for the fields")
+        for key in loaded:
+            if key not in known:
+                raise ConfigError(f"{config}: unknown field {key!r}{did_you_mean(key, known)}. "
+                                  "Fix: see `trainers/sampo.py --help` for the fields")
         values.update(loaded)
     values.update(args)
     return TrainConfig(**values)
@@ -78,12 +95,13 @@ def parse_train_config(argv: list[str] | None = None) -> TrainConfig:
 def main(argv: list[str] | None = None) -> int:
     try:
         cfg = parse_train_config(argv)
+        check_env_kwargs(cfg.env_id, cfg.env_kwargs, where="trainer config")  # before the model
         from arlgym.rl.trainer import Trainer
 
         trainer = Trainer(cfg)
         history = trainer.train()
     except ArlgymError as e:
-        print(f"sampo: error: {e}", file=sys.stderr)
+        print(f"sampo: error: {' '.join(str(e).split())}", file=sys.stderr)  # one line
         return 2
     if trainer.accelerator.is_main_process and history:
         last = history[-1]
