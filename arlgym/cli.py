@@ -20,7 +20,8 @@ def _parse_kwargs(pairs: list[str]) -> dict[str, Any]:
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
-            raise ArlgymError(f"--env-kwarg expects key=value, got {pair!r}")
+            raise ArlgymError(f"--env-kwarg expects key=value, got {pair!r}. Fix: write e.g. "
+                              "--env-kwarg dim_room=7 (repeat the flag for more keys)")
         try:
             out[key] = ast.literal_eval(value)
         except (ValueError, SyntaxError):
@@ -61,12 +62,16 @@ def _policy(spec: str, seed: int):
 
 
 def _cmd_play(args: argparse.Namespace) -> int:
+    from arlgym.core.validation import check_env_kwargs, check_int
     from arlgym.evaluation.metrics import format_summary, summarize
     from arlgym.policies import SamplingParams
     from arlgym.rollout import RolloutCollector
 
+    check_int("--episodes", args.episodes, min=1)
+    check_int("--batch-size", args.batch_size, min=1)
     policy = _policy(args.policy, args.seed)
     env_kwargs = _parse_kwargs(args.env_kwarg)
+    check_env_kwargs(args.env, env_kwargs, name="--env-kwarg")
     if args.policy == "human":
         env_kwargs.setdefault("render_mode", None)
     sampling = SamplingParams(temperature=args.temperature, max_new_tokens=args.max_new_tokens,
@@ -235,7 +240,15 @@ def run_command(parser: argparse.ArgumentParser, argv: list[str] | None,
     try:
         return int(args.func(args) or 0)
     except ArlgymError as e:
-        print(f"{parser.prog}: error: {e}", file=sys.stderr)
+        text = str(e)
+        if "Traceback (most recent call last)" not in text:  # a user error: one line
+            text = " ".join(text.split())
+        print(f"{parser.prog}: error: {text}", file=sys.stderr)
+        return 2
+    except EOFError:  # e.g. --policy human with stdin closed or redirected from /dev/null
+        print(f"{parser.prog}: error: standard input ended while a command waited for input "
+              "(--policy human reads moves from stdin). Fix: run it in a terminal, or pipe one "
+              "move per line into it", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"{parser.prog}: {interrupted}", file=sys.stderr)

@@ -43,6 +43,7 @@ __all__ = [
     "bad_value",
     "check_bool",
     "check_env_kwargs",
+    "make_checked_env",
     "check_choice",
     "check_float",
     "check_int",
@@ -94,7 +95,7 @@ def did_you_mean(value: Any, choices: Iterable[Any]) -> str:
     if not isinstance(value, str):
         return ""
     names = [str(c) for c in choices]
-    close = difflib.get_close_matches(value, names, n=1, cutoff=0.6)
+    close = difflib.get_close_matches(value, names, n=1, cutoff=0.75)
     if not close:
         close = [c for c in names if c.lower() == value.strip().lower()]
     return f" (did you mean {close[0]!r}?)" if close else ""
@@ -324,7 +325,15 @@ def check_sequence(name: str, value: Any, item: Callable[[str, Any], T] | None =
 def check_env_kwargs(env_id: str, kwargs: Mapping[str, Any] | None, *, name: str = "env_kwargs",
                      where: str | None = None) -> None:
     """Build one ``env_id`` env with ``kwargs`` and close it, so bad env kwargs fail up front
-    (e.g. before a trainer loads its model) as a :class:`ConfigError` naming the key.
+    (e.g. before a trainer loads its model) as a :class:`ConfigError` naming the key; see
+    :func:`make_checked_env`."""
+    make_checked_env(env_id, kwargs, name=name, where=where).close()
+
+
+def make_checked_env(env_id: str, kwargs: Mapping[str, Any] | None, *,
+                     name: str = "env_kwargs", where: str | None = None) -> Any:
+    """``gymnasium.make(env_id, **kwargs)`` with user errors turned into :class:`ConfigError`:
+    an unknown id (with a "did you mean"), an unknown keyword (listing the accepted ones).
 
     arlgym errors raised by the env's own checks pass through unchanged; a ``TypeError`` for an
     unknown keyword becomes a ConfigError listing the accepted ones; any other ``ValueError`` /
@@ -372,4 +381,4 @@ def check_env_kwargs(env_id: str, kwargs: Mapping[str, Any] | None, *, name: str
     except ValueError as e:
         raise ConfigError(f"{prefix}{env_id} rejected {name}={format_value(kwargs)}: {e}. Fix: "
                           "check the values") from e
-    env.close()
+    return env

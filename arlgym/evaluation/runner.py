@@ -6,9 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-import gymnasium as gym
-
-from arlgym.errors import ConfigError
+from arlgym.core.validation import check_int, check_mapping, check_str, make_checked_env
+from arlgym.errors import ConfigError, WorkerError
 from arlgym.evaluation.metrics import format_summary, summarize
 from arlgym.policies.base import Policy, SamplingParams
 from arlgym.rollout import RolloutCollector, Trajectory, iter_jsonl, save_jsonl
@@ -18,9 +17,7 @@ __all__ = ["evaluate", "eval_task_list"]
 
 def eval_task_list(env_id: str, split: str, episodes: int, env_kwargs: dict[str, Any]) -> list[str]:
     """The first ``episodes`` ids of the env's enumerated task list for ``split``."""
-    import arlgym  # noqa: F401
-
-    env = gym.make(env_id, **env_kwargs)
+    env = make_checked_env(env_id, env_kwargs)
     try:
         tasks = env.unwrapped.list_tasks(split, episodes)
     finally:
@@ -54,7 +51,11 @@ def evaluate(
     Returns:
         ``(summary, trajectories)`` over all requested episodes, old and new.
     """
-    env_kwargs = dict(env_kwargs or {})
+    episodes = check_int("episodes", episodes, min=1)
+    batch_size = check_int("batch_size", batch_size, min=1)
+    samples_per_task = check_int("samples_per_task", samples_per_task, min=1)
+    split = check_str("split", split)
+    env_kwargs = check_mapping("env_kwargs", env_kwargs, allow_none=True) or {}
     sampling = sampling or SamplingParams(temperature=0.0)
     tasks = eval_task_list(env_id, split, episodes, env_kwargs)
     wanted = [(t, k) for t in tasks for k in range(samples_per_task)]
@@ -91,6 +92,12 @@ def evaluate(
         bar.close()
         for c in collectors.values():
             c.close()
+    missing = [key for key in wanted if key not in done]
+    if missing:  # groups dropped after repeated worker failures (see RolloutCollector)
+        raise WorkerError(f"{len(missing)} of {len(wanted)} episodes were dropped after repeated "
+                          "env worker failures (see the log). Fix: rerun the same command; "
+                          + ("the finished episodes in the output file are kept" if out is not None
+                             else "pass out= to keep finished episodes between runs"))
     ordered = [done[key] for key in wanted]
     summary = summarize(ordered)
     summary.update({"env_id": env_id, "split": split, "policy": getattr(policy, "name", ""),
