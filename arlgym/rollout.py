@@ -19,7 +19,7 @@ from typing import Any
 
 from arlgym.core.validation import check_int
 from arlgym.core.vector import GroupVecEnv, WorkerRestarted, make_group_vec
-from arlgym.policies.base import Policy, SamplingParams, prompt_text
+from arlgym.policies.base import Policy, SamplingParams, prompt_image, prompt_text
 
 __all__ = [
     "StepRecord",
@@ -39,7 +39,10 @@ class StepRecord:
     ``anchor`` is the anchor of the state in which the prompt was made (GiGPO groups turns by
     it), ``step`` the 0-based turn index. ``step_reward`` is the env's reward (task reward
     minus format penalty); the two parts are kept too so the trainer can re-weight them.
-    ``won``/``score`` describe the state after the turn.
+    ``won``/``score`` describe the state after the turn. Vision turns also keep the image the
+    prompt showed (``image``, uint8 H×W×3) and, for model policies, the exact image tensors the
+    model read (``image_inputs``, see :class:`~arlgym.policies.base.Completion`); neither is
+    written to JSONL (:data:`NOT_SERIALISED`).
     """
 
     uid: str
@@ -65,10 +68,16 @@ class StepRecord:
     response_token_ids: list[int] | None = None
     logprobs: list[float] | None = None
     finish_reason: str | None = None
+    image: Any | None = None
+    image_inputs: dict[str, Any] | None = None
 
     @property
     def done(self) -> bool:
         return self.terminated or self.truncated
+
+
+#: StepRecord fields left out of JSONL (arrays/tensors: the env regenerates the image).
+NOT_SERIALISED = ("image", "image_inputs")
 
 
 @dataclass(slots=True)
@@ -119,7 +128,8 @@ class Trajectory:
 
     def to_dict(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "steps"}
-        out["steps"] = [asdict(s) for s in self.steps]
+        out["steps"] = [{k: v for k, v in asdict(replace(s, image=None, image_inputs=None)).items()
+                         if k not in NOT_SERIALISED} for s in self.steps]
         out["summary"] = {
             "won": self.won,
             "score": self.score,
@@ -343,7 +353,8 @@ class RolloutCollector:
                         won=bool(info["won"]), score=float(info["score"]),
                         prompt_token_ids=comp.prompt_token_ids,
                         response_token_ids=comp.response_token_ids, logprobs=comp.logprobs,
-                        finish_reason=comp.finish_reason,
+                        finish_reason=comp.finish_reason, image=prompt_image(obs[i]),
+                        image_inputs=getattr(comp, "image_inputs", None),
                     ))
                     obs[i], infos[i] = next_obs[i], info
                     if terminated[i] or truncated[i]:

@@ -13,7 +13,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["SamplingParams", "Completion", "Policy", "prompt_text"]
+__all__ = ["SamplingParams", "Completion", "Policy", "prompt_text", "prompt_image",
+           "IMAGE_PLACEHOLDER"]
+
+#: Where a vision env's prompt text shows its image (``arl/SokobanVision-v0``'s template).
+IMAGE_PLACEHOLDER = "<image>"
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +56,11 @@ class Completion:
             (same length as ``response_token_ids``).
         finish_reason: ``"stop"`` (EOS/stop string), ``"length"`` or ``None``.
         meta: anything else worth keeping (latency, model name, ...).
+        image_inputs: vision prompts of model policies: the exact image tensors the model read
+            next to ``prompt_token_ids`` (the processor's output minus ``input_ids`` and
+            ``attention_mask``, e.g. ``pixel_values``, ``pixel_attention_mask`` or
+            ``image_grid_thw``; batch dimension 1, on the CPU), so a trainer recomputes the
+            log-probs on exactly what was sampled.
     """
 
     text: str
@@ -60,6 +69,7 @@ class Completion:
     logprobs: list[float] | None = None
     finish_reason: str | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    image_inputs: dict[str, Any] | None = None
 
 
 @runtime_checkable
@@ -87,3 +97,10 @@ def prompt_text(prompt: Any) -> str:
     if isinstance(prompt, dict):
         return str(prompt.get("text", ""))
     return str(prompt)
+
+
+def prompt_image(prompt: Any) -> Any | None:
+    """The image of a vision prompt (uint8 H×W×3 array), None for a text prompt."""
+    if isinstance(prompt, dict):
+        return prompt.get("image")
+    return None

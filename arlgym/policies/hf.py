@@ -15,6 +15,19 @@ rollout temperature) and what the trainer recomputes with a forward pass. Top-k/
 truncation is *not* reflected: with ``top_p < 1`` or ``top_k > 0`` the tokens were drawn from
 the truncated, renormalised distribution, whose log-probs are higher than these. The RL presets
 sample with ``top_p = 1, top_k = 0``, where both coincide.
+
+Vision-language models
+----------------------
+A model whose config has a ``vision_config`` (``tiny-vl``, SmolVLM/Idefics3, Qwen2.5-VL,
+Qwen3-VL, ...) is loaded with its processor (:func:`arlgym.models.load_processor`). A vision
+prompt ``{"text", "image"}`` becomes one user message whose content list puts the image where
+the text says ``<image>`` (first if it does not); the processor renders the chat template,
+expands the image into its tokens and computes the image tensors. Each :class:`Completion`
+carries those prompt ids and the image tensors (``image_inputs``: ``pixel_values`` and
+``pixel_attention_mask``, or ``image_grid_thw`` and ``mm_token_type_ids``, ...), so the trainer
+recomputes log-probs on exactly the inputs that were sampled from. Prompts are processed one by
+one and batched by concatenating the image tensors along dim 0 and padding the token-aligned
+ones like the ids (what the processor itself does for a batch of one image per prompt).
 """
 
 from __future__ import annotations
@@ -23,13 +36,24 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from arlgym.errors import ConfigError
-from arlgym.policies.base import Completion, SamplingParams, prompt_text
+from arlgym.policies.base import (
+    IMAGE_PLACEHOLDER,
+    Completion,
+    SamplingParams,
+    prompt_image,
+    prompt_text,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-__all__ = ["HFPolicy", "chat_prompt_ids"]
+__all__ = ["HFPolicy", "chat_prompt_ids", "vision_messages", "vision_prompt_inputs",
+           "batch_image_inputs", "TOKEN_ALIGNED_KEYS"]
+
+#: Processor outputs laid out per token (shape (1, prompt length)): padded like the ids.
+TOKEN_ALIGNED_KEYS: tuple[str, ...] = ("mm_token_type_ids",)
+_NOT_IMAGE_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
 
 def chat_prompt_ids(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:
@@ -45,6 +69,67 @@ def chat_prompt_ids(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:
     return list(tokenizer(rendered, add_special_tokens=False)["input_ids"])
 
 
+def vision_messages(prompt: Any) -> list[dict[str, Any]]:
+    """One user message with list content: the text split at ``<image>``, the image in its place
+    (first when the text has no placeholder). Works with every HF VLM chat template."""
+    text = prompt_text(prompt)
+    before, found, after = text.partition(IMAGE_PLACEHOLDER)
+    if not found:
+        return [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": text}]}]
+    content: list[dict[str, Any]] = []
+    if before:
+        content.append({"type": "text", "text": before})
+    content.append({"type": "image"})
+    if after:
+        content.append({"type": "text", "text": after})
+    return [{"role": "user", "content": content}]
+
+
+def vision_prompt_inputs(processor: Any, prompt: Any) -> tuple[list[int], dict[str, Any]]:
+    """Prompt ids (chat template, generation prompt, image tokens expanded) and image tensors
+    of one vision prompt, as the model reads them. No special tokens are added beyond the
+    template's (as :func:`chat_prompt_ids` and TRL's collator)."""
+    import numpy as np
+    from PIL import Image
+
+    image = prompt_image(prompt)
+    if not isinstance(image, Image.Image):
+        image = Image.fromarray(np.asarray(image, dtype=np.uint8))
+    rendered = processor.apply_chat_template(vision_messages(prompt), tokenize=False,
+                                             add_generation_prompt=True)
+    out = processor(text=rendered, images=[image], return_tensors="pt", add_special_tokens=False)
+    ids = out["input_ids"][0].tolist()
+    inputs = {k: v for k, v in out.items() if k not in _NOT_IMAGE_INPUTS and hasattr(v, "shape")}
+    return ids, inputs
+
+
+def batch_image_inputs(per_sample: Sequence[dict[str, Any]], *, total: int | None = None,
+                       left: bool = True) -> dict[str, Any]:
+    """Concatenate per-sample image inputs along dim 0; token-aligned keys
+    (:data:`TOKEN_ALIGNED_KEYS`) are zero-padded to ``total`` columns, on the left when ``left``
+    (left-padded prompts end at one column), else on the right."""
+    import torch
+
+    keys = list(per_sample[0])
+    if any(list(d) != keys for d in per_sample):
+        raise ValueError("the samples of a batch carry different image input keys; every turn "
+                         "of a batch must come from the same processor")
+    out: dict[str, Any] = {}
+    for key in keys:
+        if key in TOKEN_ALIGNED_KEYS:
+            assert total is not None
+            rows = []
+            for d in per_sample:
+                v = d[key].reshape(-1)
+                pad = total - v.shape[0]
+                parts = [v.new_zeros(pad), v] if left else [v, v.new_zeros(pad)]
+                rows.append(torch.cat(parts))
+            out[key] = torch.stack(rows)
+        else:
+            out[key] = torch.cat([d[key] for d in per_sample], dim=0)
+    return out
+
+
 class HFPolicy:
     """Batched sampling from a transformers causal LM.
 
@@ -56,9 +141,12 @@ class HFPolicy:
         device: move the model there (None: leave it where it is).
         batch_size: prompts per ``model.generate`` call.
         dtype: weight dtype when loading by name (None: float32).
+        processor: a vision-language model's processor; loaded with the model when given by
+            name, required with a VLM model object.
 
     Raises:
-        ConfigError: a model object without a tokenizer, or a bad ``batch_size``.
+        ConfigError: a model object without a tokenizer (or a VLM without its processor), or a
+            bad ``batch_size``.
         ModelNotFound: the name resolves to no model.
     """
 
@@ -70,6 +158,7 @@ class HFPolicy:
         device: str | torch.device | None = None,
         batch_size: int = 32,
         dtype: str | torch.dtype | None = None,
+        processor: Any | None = None,
     ) -> None:
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ConfigError(f"batch_size must be a positive int, got {batch_size!r}")
@@ -79,7 +168,11 @@ class HFPolicy:
             model, loaded_tokenizer = load_model_and_tokenizer(
                 model_or_name, dtype=dtype, device=device
             )
-            tokenizer = tokenizer or loaded_tokenizer
+            if processor is None:
+                from arlgym.models import load_processor
+
+                processor = load_processor(model_or_name)
+            tokenizer = tokenizer or (processor.tokenizer if processor is not None else loaded_tokenizer)
             self.name = f"hf:{model_or_name}"
         else:
             if tokenizer is None:
@@ -90,6 +183,12 @@ class HFPolicy:
             self.name = f"hf:{getattr(model.config, 'name_or_path', '') or type(model).__name__}"
         if tokenizer.pad_token_id is None and tokenizer.eos_token_id is None:
             raise ConfigError("the tokenizer has neither a pad nor an EOS token; set one")
+        from arlgym.models import is_vision_model
+
+        if processor is None and is_vision_model(model):
+            raise ConfigError("HFPolicy(model, processor=...): a vision-language model object needs "
+                              "its processor (arlgym.models.load_processor(name))")
+        self.processor = processor
         self.model = model
         self.tokenizer = tokenizer
         self.batch_size = batch_size
@@ -119,16 +218,25 @@ class HFPolicy:
         *,
         envs: Sequence[Any] | None = None,
     ) -> list[Completion]:
-        """Sample one response per prompt (``envs`` is ignored: the model sees text only).
+        """Sample one response per prompt (``envs`` is ignored: the model sees the prompt only).
 
-        Vision prompts (``{"text", "image"}``) contribute their text. With ``sampling.seed``
+        Vision prompts (``{"text", "image"}``) give a VLM their text and image, a text model
+        their text only. With ``sampling.seed``
         set, the result is a deterministic function of (weights, prompts, sampling,
         ``batch_size``); the global torch RNG is left as it was.
         """
         import torch
 
         sampling = sampling or SamplingParams()
-        prompt_ids = [chat_prompt_ids(self.tokenizer, prompt_text(p)) for p in prompts]
+        prompt_ids: list[list[int]] = []
+        images: list[dict[str, Any] | None] = []
+        for p in prompts:
+            if self.processor is not None and prompt_image(p) is not None:
+                ids, inputs = vision_prompt_inputs(self.processor, p)
+            else:
+                ids, inputs = chat_prompt_ids(self.tokenizer, prompt_text(p)), None
+            prompt_ids.append(ids)
+            images.append(inputs)
         was_training = self.model.training
         self.model.eval()  # no dropout while sampling: log-probs must match a later forward
         device = self.model.device
@@ -137,13 +245,20 @@ class HFPolicy:
             with torch.random.fork_rng(devices=fork_devices), torch.inference_mode():
                 if sampling.seed is not None:
                     torch.manual_seed(sampling.seed)
-                results: list[Completion] = []
+                results: list[Completion | None] = [None] * len(prompt_ids)
                 for start in range(0, len(prompt_ids), self.batch_size):
-                    batch = prompt_ids[start : start + self.batch_size]
-                    results += self._generate_batch(batch, sampling)
+                    rows = range(start, min(len(prompt_ids), start + self.batch_size))
+                    # a batch's prompts either all carry images or none do
+                    for part in ([i for i in rows if images[i] is not None],
+                                 [i for i in rows if images[i] is None]):
+                        if part:
+                            done = self._generate_batch([prompt_ids[i] for i in part], sampling,
+                                                        [images[i] for i in part])
+                            for i, completion in zip(part, done, strict=True):
+                                results[i] = completion
         finally:
             self.model.train(was_training)
-        return results
+        return [r for r in results if r is not None]
 
     def _generation_config(self, sampling: SamplingParams) -> Any:
         """A complete config, so nothing leaks in from a checkpoint's generation_config."""
@@ -167,7 +282,8 @@ class HFPolicy:
             output_logits=True,
         )
 
-    def _generate_batch(self, prompt_ids: list[list[int]], sampling: SamplingParams) -> list[Completion]:
+    def _generate_batch(self, prompt_ids: list[list[int]], sampling: SamplingParams,
+                        images: list[dict[str, Any] | None] | None = None) -> list[Completion]:
         import torch
 
         device = self.model.device
@@ -178,10 +294,15 @@ class HFPolicy:
         for row, ids in enumerate(prompt_ids):
             b_input[row, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
             b_mask[row, width - len(ids) :] = 1
+        extra: dict[str, Any] = {}
+        if images and images[0] is not None:
+            extra = {k: v.to(device) for k, v in
+                     batch_image_inputs(images, total=width, left=True).items()}  # type: ignore[arg-type]
         out = self.model.generate(
             input_ids=b_input.to(device),
             attention_mask=b_mask.to(device),
             generation_config=self._generation_config(sampling),
+            **extra,
         )
         b_new = out.sequences[:, width:].cpu()  # (B, T_new)
         # (B, T_new, V) raw logits of the steps that produced b_new -> log-probs of the tokens.
@@ -204,6 +325,7 @@ class HFPolicy:
                     logprobs=b_token_logp[row, : len(tokens)].tolist(),
                     finish_reason=finish,
                     meta={"policy": self.name, "logprob_temperature": temperature},
+                    image_inputs=images[row] if images else None,
                 )
             )
         return completions

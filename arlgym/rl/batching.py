@@ -31,6 +31,7 @@ __all__ = [
     "rollout_mismatch_metrics",
     "shared_prompt_logprobs",
     "token_samples",
+    "uses_mrope",
 ]
 
 
@@ -42,7 +43,8 @@ class TokenSample:
     :mod:`arlgym.rl.advantages`: ``step_reward`` is the env reward of the turn (task reward −
     format penalty), ``episode_return`` the trajectory's summed env reward, ``format_penalty``
     the penalty inside ``step_reward``. ``old_logprobs``/``ref_logprobs`` are filled by the
-    trainer; ``rollout_logprobs`` are the sampler's own.
+    trainer; ``rollout_logprobs`` are the sampler's own. ``image_inputs`` (vision turns) are the
+    exact image tensors the sampler's model read with ``prompt_ids`` (batch dimension 1).
     """
 
     uid: str
@@ -62,6 +64,7 @@ class TokenSample:
     ref_logprobs: Tensor | None = None
     entropy: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    image_inputs: dict[str, Any] | None = None
 
     @property
     def num_tokens(self) -> int:
@@ -89,6 +92,7 @@ def token_samples(trajectories: Sequence[Any]) -> list[TokenSample]:
                 action_valid=bool(s.action_valid), won=bool(traj.won),
                 prompt_ids=list(s.prompt_token_ids), response_ids=list(s.response_token_ids),
                 rollout_logprobs=list(s.logprobs) if s.logprobs is not None else None,
+                image_inputs=getattr(s, "image_inputs", None),
             ))
     return out
 
@@ -122,7 +126,8 @@ def rollout_mismatch_metrics(samples: Sequence[TokenSample]) -> dict[str, float]
 @dataclass
 class PackedBatch:
     """Tensors of a micro-batch. Shapes: ``input_ids``/``attention_mask``/``position_ids``
-    (B, P + R); ``response_ids``/``response_mask`` (B, R)."""
+    (B, P + R); ``response_ids``/``response_mask`` (B, R). ``image_inputs``: the samples' image
+    tensors batched (vision turns; None for text)."""
 
     input_ids: Tensor
     attention_mask: Tensor
@@ -130,6 +135,7 @@ class PackedBatch:
     response_ids: Tensor
     response_mask: Tensor
     prompt_width: int
+    image_inputs: dict[str, Tensor] | None = None
 
     @property
     def response_width(self) -> int:
@@ -157,7 +163,34 @@ def pack(samples: Sequence[TokenSample], pad_id: int, device: torch.device | str
             resp_mask[i, :r] = 1.0
     position_ids = (attn.cumsum(dim=1) - 1).clamp(min=0)
     return PackedBatch(input_ids.to(device), attn.to(device), position_ids.to(device),
-                       resp.to(device), resp_mask.to(device), p_max)
+                       resp.to(device), resp_mask.to(device), p_max,
+                       _pack_images(samples, p_max, r_max, device))
+
+
+def _pack_images(samples: Sequence[TokenSample], p_max: int, r_max: int,
+                 device: torch.device | str) -> dict[str, Tensor] | None:
+    """The image inputs of a micro-batch laid out like :func:`pack`'s ids (or None: text)."""
+    with_images = [s.image_inputs is not None for s in samples]
+    if not any(with_images):
+        return None
+    if not all(with_images):
+        raise ValueError("pack(): a micro-batch mixes turns with and without images; vision "
+                         "envs give every turn an image")
+    from arlgym.policies.hf import TOKEN_ALIGNED_KEYS, batch_image_inputs
+
+    out = batch_image_inputs([s.image_inputs for s in samples], total=p_max, left=True)
+    for key in TOKEN_ALIGNED_KEYS:  # responses are text: zero type ids after the prompt
+        if key in out:
+            out[key] = torch.nn.functional.pad(out[key], (0, r_max))
+    return {k: v.to(device) for k, v in out.items()}
+
+
+def uses_mrope(model: Any) -> bool:
+    """Whether the model computes its own multimodal rotary positions from the ids and image
+    grid (Qwen2-VL/2.5-VL/3-VL: ``get_rope_index``): it must get ``position_ids=None``."""
+    inner = getattr(model, "module", model)  # DDP
+    return any(hasattr(m, "get_rope_index") for m in (inner, getattr(inner, "model", None))
+               if m is not None)
 
 
 def response_logprobs(
@@ -174,8 +207,12 @@ def response_logprobs(
     outside ``torch.no_grad()``. Padding positions hold 0.
     """
     r = batch.response_width
+    images = batch.image_inputs or {}
+    # Vision turns: the image tensors go in with the ids; a Qwen-VL-style model derives its 3-D
+    # rotary positions from ids, image grid and attention mask itself (as generate does).
+    positions = None if images and uses_mrope(model) else batch.position_ids
     out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
-                position_ids=batch.position_ids, logits_to_keep=r + 1, use_cache=False)
+                position_ids=positions, logits_to_keep=r + 1, use_cache=False, **images)
     logits = out.logits[:, :-1, :].float()  # column P-1+k predicts response token k
     if temperature != 1.0:
         logits = logits / temperature

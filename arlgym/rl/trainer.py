@@ -147,6 +147,7 @@ def sample_logprobs(model: Any, sub: list[TokenSample], pad_id: int, device: Any
     for row, s in enumerate(sub):
         mask[row, : len(s.response_ids)] = 1.0
     mask = mask.to(device)
+    share_prompts = share_prompts and all(s.image_inputs is None for s in sub)  # see Trainer
     groups = prompt_groups(sub, range(len(sub))) if share_prompts else [[i] for i in range(len(sub))]
     shared = [g for g in groups if len(g) > 1 and len(sub[g[0]].prompt_ids) >= 2]
     single = [i for g in groups if not (len(g) > 1 and len(sub[g[0]].prompt_ids) >= 2) for i in g]
@@ -213,6 +214,12 @@ class Trainer:
         check_rollout_support(acc, self.engine, lora=cfg.lora_r > 0)
         seed_everything(cfg.seed + acc.process_index)
         model, self.tokenizer = load_model_and_tokenizer(cfg.model, seed=cfg.seed)
+        from arlgym.models import is_vision_model, load_processor
+
+        # A vision-language model samples and trains with its processor's image inputs.
+        self.processor = load_processor(cfg.model) if is_vision_model(model) else None
+        if self.processor is not None:
+            self.tokenizer = self.processor.tokenizer
         self.lora = cfg.lora_r > 0
         if self.lora:
             model = apply_lora(model, cfg.lora_r, cfg.lora_alpha, target_modules=cfg.lora_target_modules)
@@ -220,6 +227,10 @@ class Trainer:
         # turns the cache off in train mode (and would re-append it when recomputing), so the
         # two exclude each other: checkpointing wins, as the memory saver.
         self.share_prompts = cfg.share_prompts and not cfg.gradient_checkpointing
+        # Vision turns: off. Their prompt ids hold the image as identical placeholder tokens, so
+        # equal ids do not mean equal prompts (two rooms, same text), and the shared-prefix pass
+        # has no image inputs; every vision turn runs its own prompt with its own image.
+        self.share_prompts = self.share_prompts and self.processor is None
         if cfg.gradient_checkpointing:  # active in train mode only: rollouts keep the KV cache
             if cfg.share_prompts:
                 warnings.warn("gradient_checkpointing: share_prompts is turned off (the shared "
@@ -281,7 +292,7 @@ class Trainer:
             return policy
         from arlgym.policies.hf import HFPolicy
 
-        return HFPolicy(self.accelerator.unwrap_model(self.model), tokenizer=self.tokenizer,
+        return HFPolicy(self.accelerator.unwrap_model(self.model), tokenizer=self.tokenizer, processor=self.processor,
                         batch_size=self.cfg.generation_batch_size)
 
     def _push_weights(self, policy: Any) -> None:
@@ -574,7 +585,7 @@ class Trainer:
         model.eval()
         try:  # vLLM holds the synced weights (and a sharded model cannot generate on one rank)
             policy = self.policy if self.engine == "vllm" else HFPolicy(
-                model, tokenizer=self.tokenizer, batch_size=self.cfg.generation_batch_size)
+                model, tokenizer=self.tokenizer, processor=self.processor, batch_size=self.cfg.generation_batch_size)
             summary, _ = evaluate(self.cfg.env_id, policy, episodes=self.cfg.eval_episodes,
                                   split=self.cfg.eval_split, batch_size=64, env_kwargs=self.cfg.env_kwargs,
                                   sampling=SamplingParams(temperature=0.0, max_new_tokens=self.cfg.max_new_tokens),
@@ -684,7 +695,7 @@ class Trainer:
         folder = self.out / "eval"
         folder.mkdir(exist_ok=True)
         model = self.accelerator.unwrap_model(self.model)
-        policies = {"last": HFPolicy(model, tokenizer=self.tokenizer,
+        policies = {"last": HFPolicy(model, tokenizer=self.tokenizer, processor=self.processor,
                                      batch_size=self.cfg.generation_batch_size)}
         if (self.out / "best" / "best.json").exists():
             policies["best"] = make_policy(f"hf:{self.out / 'best'}")
@@ -723,7 +734,7 @@ class Trainer:
             model.save_pretrained(path / "adapter")
         else:
             model.save_pretrained(path)
-        self.tokenizer.save_pretrained(path)
+        (self.processor or self.tokenizer).save_pretrained(path)
 
     def _keep_if_best(self, score: float) -> None:
         """Save the model to ``best/`` when ``score`` beats every earlier periodic eval.
