@@ -5,6 +5,12 @@ On disk (``out`` folder):
 * ``samples.jsonl`` — one line per kept step: ``{"messages": [user prompt, assistant response],
   "env_id", "task_id", "task_type", "split", "episode", "step", "num_steps", "score", "won",
   "policy"}``.
+* vision envs (``{"text", "image"}`` observations): ``images/<episode>-<step>.png``, the image
+  each kept prompt showed, and the sample's user content is a list in HF's multimodal chat
+  format — the text split at ``<image>`` around ``{"type": "image"}`` — with
+  ``"images": ["images/<episode>-<step>.png"]`` (paths relative to the folder), the layout of
+  TRL's VLM datasets. A PNG is written (atomically) before its sample line, so the
+  exactly-once guarantee below covers images too.
 * ``episodes.jsonl`` — the write-ahead log: one line per finished episode (kept or not), written
   *after* that episode's samples are fsynced.
 * ``meta.json`` — the run's arguments; a resumed run must match them.
@@ -31,7 +37,8 @@ from arlgym.errors import ConfigError
 from arlgym.policies.base import Policy, SamplingParams
 from arlgym.rollout import RolloutCollector, Trajectory
 
-__all__ = ["CollectConfig", "collect_sft", "read_jsonl_lines", "write_dataset_card"]
+__all__ = ["CollectConfig", "collect_sft", "message_text", "read_jsonl_lines",
+           "write_dataset_card"]
 
 
 @dataclass
@@ -133,11 +140,48 @@ def _has_torn_tail(path: Path) -> bool:
         return fh.read(1) != b"\n"
 
 
-def _samples_of(traj: Trajectory, episode: int, cfg: CollectConfig) -> list[dict[str, Any]]:
+def _write_png(path: Path, image: Any) -> None:
+    """``image`` (uint8 H×W×3) as a PNG, via a temporary file and one rename."""
+    import numpy as np
+    from PIL import Image
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".png.tmp")
+    Image.fromarray(np.asarray(image, dtype=np.uint8)).save(tmp, format="PNG")
+    os.replace(tmp, path)
+
+
+def _user_message(s: Any, episode: int, out: Path | None) -> tuple[dict[str, Any], list[str]]:
+    """The user message of a step (multimodal for a vision step, its PNG written) and the
+    image paths relative to ``out``."""
+    if s.image is None or out is None:
+        return {"role": "user", "content": s.prompt}, []
+    from arlgym.policies.hf import vision_messages
+
+    rel = f"images/{episode:07d}-{s.step:03d}.png"
+    _write_png(out / rel, s.image)
+    return vision_messages({"text": s.prompt})[0], [rel]
+
+
+def message_text(content: Any) -> str:
+    """The text of a message's content (a string, or HF's list of typed parts)."""
+    if isinstance(content, str):
+        return content
+    return "".join(p.get("text", "") for p in content if p.get("type") == "text")
+
+
+def _samples_of(traj: Trajectory, episode: int, cfg: CollectConfig,
+                out: Path | None = None) -> list[dict[str, Any]]:
+    rows = []
+    for s in traj.steps:
+        user, images = _user_message(s, episode, out)
+        row = {"messages": [user, {"role": "assistant", "content": s.response}]}
+        if images:
+            row["images"] = images
+        rows.append(row)
     return [
         {
-            "messages": [{"role": "user", "content": s.prompt},
-                         {"role": "assistant", "content": s.response}],
+            **row,
             "env_id": cfg.env_id,
             "task_id": traj.task_id,
             "task_type": traj.task_type,
@@ -149,7 +193,7 @@ def _samples_of(traj: Trajectory, episode: int, cfg: CollectConfig) -> list[dict
             "won": traj.won,
             "policy": cfg.policy,
         }
-        for s in traj.steps
+        for row, s in zip(rows, traj.steps, strict=True)
     ]
 
 
@@ -204,7 +248,7 @@ def collect_sft(cfg: CollectConfig, out: str | Path, policy: Policy | None = Non
                 if episode in episodes:
                     continue
                 kept = cfg.keeps(traj)
-                samples = _samples_of(traj, episode, cfg) if kept else []
+                samples = _samples_of(traj, episode, cfg, out) if kept else []
                 _append(out / "samples.jsonl", samples)
                 record = {"episode": episode, "task_id": traj.task_id, "won": traj.won,
                           "score": traj.score, "steps": traj.length, "kept": kept,
@@ -238,13 +282,18 @@ def dataset_stats(out: Path, tokenizer: Any = None) -> dict[str, Any]:
         "mean_steps_kept": statistics.mean(e["steps"] for e in kept) if kept else 0.0,
     }
     if samples:
-        p_chars = [len(s["messages"][0]["content"]) for s in samples]
-        r_chars = [len(s["messages"][1]["content"]) for s in samples]
+        p_chars = [len(message_text(s["messages"][0]["content"])) for s in samples]
+        r_chars = [len(message_text(s["messages"][1]["content"])) for s in samples]
+        images = sum(len(s.get("images", [])) for s in samples)
+        if images:
+            stats["images"] = images
         stats.update(prompt_chars_mean=statistics.mean(p_chars), prompt_chars_max=max(p_chars),
                      response_chars_mean=statistics.mean(r_chars), response_chars_max=max(r_chars))
         if tokenizer is not None:
-            p_tok = [len(tokenizer(s["messages"][0]["content"])["input_ids"]) for s in samples]
-            r_tok = [len(tokenizer(s["messages"][1]["content"])["input_ids"]) for s in samples]
+            p_tok = [len(tokenizer(message_text(s["messages"][0]["content"]))["input_ids"])
+                     for s in samples]
+            r_tok = [len(tokenizer(message_text(s["messages"][1]["content"]))["input_ids"])
+                     for s in samples]
             stats.update(prompt_tokens_mean=statistics.mean(p_tok), prompt_tokens_max=max(p_tok),
                          response_tokens_mean=statistics.mean(r_tok),
                          response_tokens_max=max(r_tok), tokens_total=sum(p_tok) + sum(r_tok))
@@ -271,6 +320,7 @@ the assistant message the policy's response. Kept: {kept_rule}.
 {rows}
 
 Files: `samples.jsonl` (HF `messages` format plus metadata), `episodes.jsonl` (one line per
-episode, kept or not), `meta.json` (collection settings).
+episode, kept or not), `meta.json` (collection settings); vision envs: `images/*.png` (one per
+sample, named in its `images` field; the user content marks where it goes).
 """
     (out / "README.md").write_text(card, encoding="utf-8")
