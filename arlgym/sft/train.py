@@ -51,6 +51,24 @@ class SFTRunConfig:
 
 
     def __post_init__(self) -> None:
+        from arlgym.core.validation import check_float, check_int, check_str
+
+        where = "arlgym-sft train"
+        for name, lo in (("batch_size", 1), ("grad_accum", 1), ("max_length", 8), ("seed", 0),
+                         ("logging_steps", 1), ("save_steps", 0), ("lora_r", 0),
+                         ("max_steps", -1)):
+            setattr(self, name, check_int(name, getattr(self, name), min=lo, where=where))
+        for name, lo in (("epochs", 0.0), ("lr", None), ("weight_decay", 0.0)):
+            setattr(self, name, check_float(name, getattr(self, name), min=lo, where=where))
+        self.warmup_ratio = check_float("warmup_ratio", self.warmup_ratio, min=0.0, max=1.0,
+                                        where=where)
+        self.time_budget_minutes = check_float("time_budget_minutes", self.time_budget_minutes,
+                                               gt=0.0, allow_none=True, where=where)
+        check_str("model", self.model, where=where)
+        check_str("output_dir", self.output_dir, where=where)
+        if isinstance(self.data, str) or not self.data:
+            raise ConfigError(f"{where}: data={self.data!r} is invalid: expected a list of dataset "
+                              "folders or .jsonl files. Fix: pass e.g. --data sft_data")
         if self.batch_size < 1 or self.grad_accum < 1:
             raise ConfigError("--batch-size and --grad-accum must be >= 1")
         if self.lr <= 0:
@@ -70,16 +88,44 @@ def load_samples(paths: tuple[str, ...] | list[str]) -> list[dict[str, Any]]:
         if not files or not all(f.exists() for f in files):
             raise ConfigError(f"no samples found at {p}; run `arlgym-sft collect --out {p}` first")
         for f in files:
-            with f.open(encoding="utf-8") as fh:
-                for line in fh:
-                    if line.strip():
-                        row = json.loads(line)
-                        if "messages" not in row:
-                            raise ConfigError(f"{f}: lines need a 'messages' list (HF chat format)")
-                        out.append({"messages": row["messages"]})
+            out.extend(_read_samples(f))
     if not out:
         raise ConfigError(f"the data at {list(paths)} holds no samples")
     return out
+
+
+def _read_samples(f: Path) -> list[dict[str, Any]]:
+    """The ``messages`` of each line of one samples.jsonl; a bad line raises ConfigError naming
+    the file and line."""
+    fix = ("Fix: delete or repair that line (a crash mid-write leaves a torn last line), or "
+           "collect the data again with `arlgym-sft collect`")
+    rows: list[dict[str, Any]] = []
+    try:
+        with f.open(encoding="utf-8") as fh:
+            for n, line in enumerate(fh, 1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise ConfigError(f"{f}:{n}: not a JSON line ({e.msg} at column {e.colno}). "
+                                      f"{fix}") from None
+                messages = row.get("messages") if isinstance(row, dict) else None
+                if not isinstance(messages, list) or not messages or not all(
+                        isinstance(m, dict) and isinstance(m.get("role"), str)
+                        and isinstance(m.get("content"), (str, list)) for m in messages):
+                    raise ConfigError(f"{f}:{n}: each line needs a non-empty 'messages' list of "
+                                      "{'role': ..., 'content': ...} dicts (HF chat format). "
+                                      f"{fix}")
+                rows.append({"messages": messages})
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{f}: not UTF-8 text ({e.reason} at byte {e.start}); is it really "
+                          "a samples.jsonl? Fix: point --data at the folder `arlgym-sft collect` "
+                          "wrote") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{f} is a folder named like a data file. Fix: point --data at the "
+                          "dataset folder or a .jsonl file") from None
+    return rows
 
 
 def _time_budget_callback(minutes: float):
