@@ -157,7 +157,10 @@ def train_sft(cfg: SFTRunConfig) -> dict[str, Any]:
             "pip install 'arlgym[train]'"
         ) from e
     from arlgym.models import load_model_and_tokenizer
+    from arlgym.sft.vision import has_images, train_vision_sft
 
+    if has_images(cfg.data):  # a vision dataset: TRL's VLM path with the model's processor
+        return train_vision_sft(cfg)
     samples = load_samples(cfg.data)
     if cfg.engine == "prefix":
         if cfg.lora_r or cfg.bf16:
