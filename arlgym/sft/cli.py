@@ -20,8 +20,13 @@ def _default_out(env_id: str, policy: str, split: str) -> Path:
 
 def _cmd_collect(args: argparse.Namespace) -> int:
     from arlgym.cli import _parse_kwargs
+    from arlgym.core.validation import check_env_kwargs, check_float, check_int
     from arlgym.sft.collect import CollectConfig, collect_sft
 
+    check_int("--workers", args.workers, min=1, allow_none=True)
+    check_float("--temperature", args.temperature, min=0.0)
+    check_int("--max-new-tokens", args.max_new_tokens, min=1)
+    check_env_kwargs(args.env, _parse_kwargs(args.env_kwarg), name="--env-kwarg")
     cfg = CollectConfig(env_id=args.env, policy=args.policy, episodes=args.episodes,
                         group_size=args.group_size, temperature=args.temperature,
                         max_new_tokens=args.max_new_tokens, min_score=args.min_score,
