@@ -35,7 +35,7 @@ def _seeds(text: str) -> list[int]:
 def _load_base(args: argparse.Namespace) -> dict[str, Any]:
     import yaml
 
-    from arlgym.arena.grid import parse_override
+    from arlgym.arena.grid import parse_override, parse_value
 
     base: dict[str, Any] = {}
     if args.config:
@@ -63,7 +63,7 @@ def _load_base(args: argparse.Namespace) -> dict[str, Any]:
         key, sep, raw = item.partition("=")
         if not sep:
             raise ConfigError(f"--set {item!r}: expected FIELD=VALUE, e.g. --set lr=1e-4")
-        base[key.strip()] = yaml.safe_load(raw)
+        base[key.strip()] = parse_value(raw)
     if args.model:
         base["model"] = args.model
     if args.steps is not None:

@@ -35,7 +35,7 @@ from typing import Any
 
 from arlgym.errors import ConfigError
 
-__all__ = ["ArenaSpec", "RunSpec", "plan_runs", "run_status", "run_grid", "parse_override"]
+__all__ = ["ArenaSpec", "RunSpec", "plan_runs", "run_status", "run_grid", "parse_override", "parse_value"]
 
 #: a run folder name may hold letters, digits and these
 _SAFE = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
@@ -47,8 +47,6 @@ def parse_override(text: str) -> tuple[str, dict[str, Any]]:
     >>> parse_override("stale4=mini_batch_size:8,lr:1e-4")
     ('stale4', {'mini_batch_size': 8, 'lr': 0.0001})
     """
-    import yaml
-
     name, sep, body = text.partition("=")
     if not sep or not name or set(name) - _SAFE:
         raise ConfigError(f"--override {text!r}: expected NAME=FIELD:VALUE[,FIELD:VALUE...] with a "
@@ -58,8 +56,25 @@ def parse_override(text: str) -> tuple[str, dict[str, Any]]:
         key, sep, raw = item.partition(":")
         if not sep or not key.strip():
             raise ConfigError(f"--override {text!r}: {item!r} is not FIELD:VALUE")
-        values[key.strip()] = yaml.safe_load(raw)
+        values[key.strip()] = parse_value(raw)
     return name, values
+
+
+def parse_value(raw: str) -> Any:
+    """A command-line value as YAML, except that numbers YAML 1.1 leaves as strings
+    (``1e-4``) become floats."""
+    import yaml
+
+    try:
+        value = yaml.safe_load(raw)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"cannot read the value {raw!r}: {e}") from e
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    return value
 
 
 @dataclass
@@ -191,6 +206,7 @@ def run_grid(spec: ArenaSpec, jobs: int = 1, progress: bool = True,
         raise ConfigError(f"--jobs must be >= 1, got {jobs}")
     runs = plan_runs(spec)
     Path(spec.out).mkdir(parents=True, exist_ok=True)
+    lock = _lock(Path(spec.out))
     (Path(spec.out) / "arena.json").write_text(json.dumps(
         {**asdict(spec), "runs": [f"{r.label}/seed-{r.seed}" for r in runs]}, indent=2, default=str))
     threads = _threads_per_run(jobs)
@@ -213,7 +229,8 @@ def run_grid(spec: ArenaSpec, jobs: int = 1, progress: bool = True,
                           f"{shlex.join(run.train_command())}\n")
                 log.flush()
                 proc = subprocess.Popen(run.train_command(), stdout=log, stderr=subprocess.STDOUT,
-                                        env=env, start_new_session=True)
+                                        env=env, start_new_session=True,
+                                        preexec_fn=_die_with_parent)
                 running.append((run, proc, log))
                 if on_start is not None:
                     on_start(run, proc)
@@ -237,7 +254,35 @@ def run_grid(spec: ArenaSpec, jobs: int = 1, progress: bool = True,
         raise
     finally:
         bar.close()
+        lock.close()
     return results
+
+
+def _lock(out: Path):
+    """Hold ``<out>/.arena.lock`` while the grid runs: a second grid on the same folder would
+    run the same runs twice into the same files."""
+    import fcntl
+
+    fh = (out / ".arena.lock").open("a+")
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        fh.close()
+        raise ConfigError(f"another `arlgym arena run` is running on {out}; wait for it or "
+                          "stop it (its runs resume when you start again)") from None
+    return fh
+
+
+def _die_with_parent() -> None:
+    """In the run's process: get SIGKILL when the grid process dies (Linux), so killing the
+    grid — even with SIGKILL — never leaves orphaned runs writing into the folders."""
+    import ctypes
+    import signal
+
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
 
 
 def _kill(proc: subprocess.Popen) -> None:
