@@ -39,6 +39,7 @@ from arlgym.core.anchors import anchor_hash
 from arlgym.core.parsing import ParsedResponse, parse_response
 from arlgym.core.prompts import HistoryEntry
 from arlgym.core.spaces import AnyText
+from arlgym.core.validation import check_bool, check_choice, check_float, check_int, check_str
 from arlgym.errors import ConfigError, ResetNeeded
 
 __all__ = ["AgentEnv", "ActResult", "TaskSpec", "INFO_KEYS", "NO_ACTION_FEEDBACK"]
@@ -148,24 +149,19 @@ class AgentEnv(gym.Env[Any, str]):
         think_prefilled: bool = False,
         render_mode: str | None = None,
     ) -> None:
+        where = type(self).__name__
         max_steps = self.default_max_steps if max_steps is None else max_steps
-        if not isinstance(max_steps, int) or max_steps < 1:
-            raise ConfigError(f"max_steps must be a positive int, got {max_steps!r}")
-        if not isinstance(history_length, int) or history_length < 0:
-            raise ConfigError(f"history_length must be an int >= 0, got {history_length!r}")
-        if not isinstance(format_penalty_coef, (int, float)) or format_penalty_coef < 0:
-            raise ConfigError(
-                f"format_penalty_coef must be a number >= 0, got {format_penalty_coef!r}"
-            )
-        if on_format_error not in ("penalize", "terminate"):
-            raise ConfigError(
-                f"on_format_error must be 'penalize' or 'terminate', got {on_format_error!r}"
-            )
-        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise ConfigError(
-                f"render_mode {render_mode!r} is not supported; choose one of "
-                f"{self.metadata['render_modes']} or None"
-            )
+        max_steps = check_int("max_steps", max_steps, min=1, where=where,
+                              example=self.default_max_steps)
+        history_length = check_int("history_length", history_length, min=0, where=where,
+                                   example=2)
+        format_penalty_coef = check_float("format_penalty_coef", format_penalty_coef, min=0.0,
+                                          where=where, example=0.1)
+        check_choice("on_format_error", on_format_error, ("penalize", "terminate"), where=where)
+        strict_format = check_bool("strict_format", strict_format, where=where)
+        think_prefilled = check_bool("think_prefilled", think_prefilled, where=where)
+        check_choice("render_mode", render_mode, self.metadata["render_modes"], allow_none=True,
+                     where=where)
         self.max_steps = max_steps
         self.history_length = history_length
         self.format_penalty_coef = float(format_penalty_coef)
@@ -237,9 +233,8 @@ class AgentEnv(gym.Env[Any, str]):
 
         ``options`` keys understood by every env: ``task_id``, ``split``; envs add their own.
         """
+        self._check_reset_args(seed, options)
         super().reset(seed=seed)
-        if options is not None and not isinstance(options, dict):
-            raise ConfigError(f"options must be a dict or None, got {type(options).__name__}")
         self._task = self._load_task(seed, dict(options or {}))
         self._history = []
         self._steps = 0
@@ -248,8 +243,37 @@ class AgentEnv(gym.Env[Any, str]):
         info = self._info(parsed=None, result=None, penalty=0.0)
         return self._observation(self._prompt(self._history)), info
 
+    def _check_reset_args(self, seed: Any, options: Any) -> None:
+        """Types of ``seed`` and of the shared ``options`` keys (``task_id``, ``split``); envs
+        check their own keys, and whether a ``task_id`` exists, in ``_load_task``."""
+        where = f"{type(self).__name__}.reset"
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)
+                                 and type(seed).__module__ != "numpy"):
+            raise ConfigError(f"{where}: seed={seed!r} is invalid: expected an int >= 0 or None. "
+                              "Fix: pass e.g. reset(seed=0)")
+        if seed is not None and int(seed) < 0:
+            raise ConfigError(f"{where}: seed={seed!r} is invalid: expected an int >= 0 or None. "
+                              "Fix: pass e.g. reset(seed=0)")
+        if options is None:
+            return
+        if not isinstance(options, dict):
+            raise ConfigError(f"{where}: options={options!r} is invalid: expected a dict or None. "
+                              "Fix: pass e.g. options={'task_id': ...}")
+        if "task_id" in options:
+            task_id = options["task_id"]
+            if isinstance(task_id, bool) or not isinstance(task_id, (str, int)) or (
+                    isinstance(task_id, str) and not task_id.strip()):
+                raise ConfigError(
+                    f"{where}: options['task_id']={task_id!r} is invalid: expected a task id "
+                    "string. Fix: use an id from env.unwrapped.list_tasks(split) or info['task_id']")
+        if "split" in options:
+            check_str("options['split']", options["split"], where=where)
+
     def step(self, action: str) -> tuple[Any, float, bool, bool, dict[str, Any]]:
         """Play one turn with the raw LLM ``action`` text; see the module docstring."""
+        if not isinstance(action, str):
+            raise ConfigError(f"{type(self).__name__}.step: action={action!r} is invalid: expected "
+                              "the LLM's response text (a str). Fix: pass the generated text")
         if self._task is None or self._done:
             raise ResetNeeded(
                 f"{type(self).__name__}.step() called "

@@ -115,8 +115,10 @@ def _range_text(min: Any, max: Any, gt: Any = None, lt: Any = None) -> str:
 
 
 def check_int(name: str, value: Any, *, min: int | None = None, max: int | None = None,
-              fix: str | None = None, allow_none: bool = False, where: str | None = None) -> Any:
+              fix: str | None = None, allow_none: bool = False, where: str | None = None,
+              example: Any = None) -> Any:
     """Check an int in ``[min, max]`` (inclusive); a str holding an int literal is converted.
+    ``example`` (e.g. the default) is shown in the fix hint.
 
     Returns:
         The value as a Python ``int`` (or ``None`` when ``allow_none`` and it is ``None``).
@@ -128,7 +130,8 @@ def check_int(name: str, value: Any, *, min: int | None = None, max: int | None 
         return None
     rng = _range_text(min, max)
     expected = "an int" + (f" {rng}" if rng else "") + (" or None" if allow_none else "")
-    example = min if min is not None else (max if max is not None and max < 1 else 1)
+    if example is None:
+        example = min if min is not None else (max if max is not None and max < 1 else 1)
     fix = fix or f"pass an int{(' ' + rng) if rng else ''}, e.g. {name}={example}"
     if isinstance(value, bool):
         raise bad_value(name, value, expected, fix, where=where)
@@ -146,7 +149,7 @@ def check_int(name: str, value: Any, *, min: int | None = None, max: int | None 
 def check_float(name: str, value: Any, *, min: float | None = None, max: float | None = None,
                 gt: float | None = None, lt: float | None = None, finite: bool = True,
                 fix: str | None = None, allow_none: bool = False,
-                where: str | None = None) -> Any:
+                where: str | None = None, example: Any = None) -> Any:
     """Check a real number; ``min``/``max`` are inclusive, ``gt``/``lt`` exclusive bounds.
 
     Ints, floats, NumPy numbers and numeric strings (``"1e-6"``) are accepted; the result is a
@@ -158,7 +161,8 @@ def check_float(name: str, value: Any, *, min: float | None = None, max: float |
     expected = ("a finite number" if finite else "a number") + (f" {rng}" if rng else "") + (
         " or None" if allow_none else "")
     if fix is None:
-        example = min if min is not None else (gt * 2 if gt else (gt + 1 if gt is not None else 0.1))
+        if example is None:
+            example = min if min is not None else (gt * 2 if gt else (gt + 1 if gt is not None else 0.1))
         fix = f"pass a number{(' ' + rng) if rng else ''}, e.g. {name}={example}"
     if isinstance(value, bool) or not isinstance(value, (numbers.Real, str)):
         raise bad_value(name, value, expected, fix, where=where)

@@ -26,6 +26,7 @@ from arlgym.core.anchors import anchor_hash
 from arlgym.core.env import ActResult, AgentEnv, TaskSpec
 from arlgym.core.prompts import SOKOBAN_TEXT, SOKOBAN_VISION, HistoryEntry, render_prompt
 from arlgym.core.spaces import AnyText
+from arlgym.core.validation import check_int, check_pair_of_ints, check_str
 from arlgym.envs.sokoban.generator import generate_room
 from arlgym.envs.sokoban.render import TILE_SIZE, render_rgb
 from arlgym.envs.sokoban.room import MOVE_NAMES, Room, parse_xsb, read_xsb_collection
@@ -94,26 +95,27 @@ class SokobanEnv(AgentEnv):
         **kwargs: Any,
     ) -> None:
         super().__init__(max_steps=max_steps, **kwargs)
-        if isinstance(dim_room, int):
-            dim_room = (dim_room, dim_room)
-        try:
-            height, width = (int(x) for x in dim_room)
-        except (TypeError, ValueError) as e:
-            raise ConfigError(f"dim_room must be an int or (height, width), got {dim_room!r}") from e
-        if height < 4 or width < 4:
-            raise ConfigError(f"dim_room must be at least 4x4 (walls included), got {dim_room!r}")
-        if not isinstance(num_boxes, int) or num_boxes < 1:
-            raise ConfigError(f"num_boxes must be a positive int, got {num_boxes!r}")
-        if not isinstance(tile_size, int) or tile_size < 1:
-            raise ConfigError(f"tile_size must be a positive int, got {tile_size!r}")
+        where = type(self).__name__
+        height, width = check_pair_of_ints(
+            "dim_room", dim_room, min=4, max=64, allow_single=True, where=where,
+            fix="pass (height, width) with walls included, each 4..64, e.g. dim_room=(6, 6)")
+        num_boxes = check_int("num_boxes", num_boxes, min=1, max=(height - 2) * (width - 2) - 1,
+                              where=where, example=1)
+        tile_size = check_int("tile_size", tile_size, min=1, max=256, where=where,
+                              example=TILE_SIZE)
         self.dim_room = (height, width)
         self.num_boxes = num_boxes
-        self.search_depth = int(search_depth)
+        self.search_depth = check_int("search_depth", search_depth, min=1, where=where,
+                                      example=30)
         self.max_solution_length = (
-            self.max_steps if max_solution_length is None else int(max_solution_length)
+            self.max_steps if max_solution_length is None
+            else check_int("max_solution_length", max_solution_length, min=1, where=where,
+                           example=self.max_steps)
         )
-        self.cell_separator = cell_separator
-        self.expert_plan_length = int(expert_plan_length)
+        self.cell_separator = check_str("cell_separator", cell_separator, nonempty=False,
+                                        where=where)
+        self.expert_plan_length = check_int("expert_plan_length", expert_plan_length, min=1,
+                                            where=where, example=4)
         self.tile_size = tile_size
         self.levels = self._load_levels(levels)
         self.room: Room | None = None
@@ -124,9 +126,16 @@ class SokobanEnv(AgentEnv):
         if levels is None:
             return None
         if isinstance(levels, (str, Path)) and Path(levels).is_file():
-            collection = read_xsb_collection(Path(levels).read_text(encoding="utf-8"))
+            try:
+                collection = read_xsb_collection(Path(levels).read_text(encoding="utf-8"))
+            except UnicodeDecodeError as e:
+                raise LevelFormatError(f"levels file {str(levels)!r} is not UTF-8 text "
+                                       f"({e.reason}); give an XSB level collection") from None
         elif isinstance(levels, (str, Path)):
             raise ConfigError(f"levels={str(levels)!r} is not a file; pass a path or a list of XSB strings")
+        elif not isinstance(levels, Sequence) or not all(isinstance(t, str) for t in levels):
+            raise ConfigError(f"levels={levels!r} is invalid: expected a file path or a list of "
+                              "XSB level strings. Fix: pass e.g. levels='boxoban/000.txt'")
         else:
             collection = [(str(i + 1), text) for i, text in enumerate(levels)]
         if not collection:
@@ -164,6 +173,10 @@ class SokobanEnv(AgentEnv):
     def _load_task(self, seed: int | None, options: dict[str, Any]) -> TaskSpec:
         self._plan_cache = {}
         if "level" in options:
+            if not isinstance(options["level"], str):
+                raise ConfigError(f"options['level']={options['level']!r} is invalid: expected "
+                                  "an XSB level string. Fix: pass e.g. options={'level': "
+                                  "'#####\\n#@$.#\\n#####'}")
             self.room = parse_xsb(options["level"])
             task_id = "xsb-" + anchor_hash(self.room.to_xsb())[:12]
         elif self.levels is not None:
@@ -180,6 +193,13 @@ class SokobanEnv(AgentEnv):
         else:
             if "task_id" in options:
                 room_seed = self._parse_task_id(str(options["task_id"]))
+                if "split" in options:  # the id must belong to the split asked for
+                    low, high = self._split_range(options["split"])
+                    if not low <= room_seed < high:
+                        raise TaskNotFound(
+                            f"task_id {options['task_id']!r} is not in split "
+                            f"{options['split']!r} (its room seeds are {low}..{high - 1}). Fix: "
+                            "use an id from env.unwrapped.list_tasks(split) or drop 'split'")
             else:
                 low, high = self._split_range(options.get("split", "train"))
                 room_seed = int(self.np_random.integers(low, high))
@@ -195,8 +215,9 @@ class SokobanEnv(AgentEnv):
         if self.levels is not None:
             titles = [f"level-{t}" for t, _ in self.levels]
             return titles if limit is None else titles[:limit]
-        low, _ = self._split_range(split)
-        return [self.task_id_for(low + k) for k in range(500 if limit is None else limit)]
+        low, high = self._split_range(split)
+        limit = check_int("limit", 500 if limit is None else limit, min=0, max=high - low)
+        return [self.task_id_for(low + k) for k in range(limit)]
 
     def _parse_task_id(self, task_id: str) -> int:
         match = _TASK_ID.match(task_id)
@@ -205,6 +226,11 @@ class SokobanEnv(AgentEnv):
                 f"task_id {task_id!r} is not a Sokoban task id like '6x6-1b-123'"
             )
         h, w, b, room_seed = (int(x) for x in match.groups())
+        end = max(high for _, high in SPLIT_SEED_RANGES.values())
+        if room_seed >= end:
+            raise TaskNotFound(f"task_id {task_id!r}: room seed {room_seed} is beyond every "
+                               f"split (seeds 0..{end - 1}). Fix: use an id from "
+                               "env.unwrapped.list_tasks(split)")
         if (h, w) != self.dim_room or b != self.num_boxes:
             raise TaskNotFound(
                 f"task_id {task_id!r} is for {h}x{w} rooms with {b} box(es), but this env makes "
