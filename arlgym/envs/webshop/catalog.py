@@ -1,34 +1,57 @@
-"""WebShop products and goals: a seeded synthetic catalog (offline default) and the official
-product / instruction files.
+"""WebShop products and goals: a seeded synthetic catalog (offline default, any size up to
+WebShop's full 1.18M products) and WebShop's own product / instruction files.
 
 A product has WebShop's fields: ``asin``, ``name`` (title), ``category`` (one of WebShop's five),
-``query`` (the product type it was scraped for), ``product_category`` (a ``›`` path), ``price``,
-``attributes`` (what an instruction may ask for), ``options`` (name → values, e.g. size and
-color), ``description`` and ``bullets``. A goal asks for one product type with some attributes,
-one value per option and a price bound, worded as WebShop's synthetic instructions are
-("i need a … , and price lower than 40.00 dollars"); the product it was made from scores 1.
+``query`` (the product type it was scraped for), ``product_category`` (a ``›`` path), ``price``
+(and ``price_tag``, the text the pages show), ``attributes`` (the product's attribute list the
+score matches against), ``options`` (name → values, e.g. size and color), ``description`` and
+``bullets``. A goal asks for one product type with some attributes, option values and a price
+bound, worded as WebShop's synthetic instructions are ("i need a … , and price lower than 40.00
+dollars"); the product it was made from scores 1.
 
-**Official data** (``load_official_catalog``): WebShop's ``items_shuffle_1000.json`` (or the full
-``items_shuffle.json``) with ``items_ins_v2_1000.json`` (instruction text and attributes per
-asin); goals are synthesised from them the way WebShop's ``get_synthetic_goals`` does (every
-option combination of every product with an instruction, a price bound drawn from the bounds
-above its price).
+**Synthetic** (:class:`SyntheticCatalog`): generated in fixed chunks of 65,536 products, each
+from its own seed, as numpy arrays of choices (about 30 bytes a product: 35 MB at 1.18M); a
+product's text and its goals are made from those arrays only when asked for, and the search
+index's postings are computed from them without making any text (:meth:`postings`).
+
+**Official** (:func:`load_official_catalog`): ``items_shuffle*.json`` (streamed, one product at a
+time) with ``items_ins_v2*.json`` and optionally ``items_human_ins.json``, read with WebShop's
+conventions (``web_agent_site/engine/engine.py::load_products``): option values with "/"
+written " | ", a price range "$a - $b" shown as "$a to $b" and priced at a draw within it, no
+price → $100.0, the product's full attribute list (``items_ins_v2``'s ``attributes``, else
+``DUMMY_ATTR``) for scoring, asins ``nan`` or longer than 10 skipped. Goals are WebShop's:
+``goal_source="synthetic"`` (every option combination of every product with an instruction,
+``get_synthetic_goals``) or ``"human"`` (the crowd-written instructions, ``get_human_goals``),
+price bounds drawn from 10 … 990 in steps of 10, shuffled as WebShop shuffles them
+(``random.seed(233); random.shuffle``), so goal i is WebShop's goal i.
 """
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
+import random
 import re
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from arlgym.errors import ConfigError
+from arlgym.errors import ConfigError, LevelFormatError
 
-__all__ = ["Product", "Goal", "Catalog", "generate_catalog", "load_official_catalog", "goals_for"]
+__all__ = ["Product", "Goal", "Catalog", "SyntheticCatalog", "generate_catalog",
+           "load_official_catalog", "goals_for", "price_bound", "PRICE_RANGE", "MAX_PRODUCTS"]
+
+#: WebShop's price bounds (``goal.py::PRICE_RANGE``): 10, 20, …, 990
+PRICE_RANGE = tuple(10.0 * i for i in range(1, 100))
+NO_BOUND = 1_000_000.0
+#: the largest synthetic catalog (WebShop's full product file has 1,181,436)
+MAX_PRODUCTS = 2_000_000
 
 
 @dataclass(frozen=True)
@@ -45,6 +68,12 @@ class Product:
     bullets: tuple[str, ...] = ()
     rating: float | None = None
     instruction: str | None = None  # the attribute-bearing request this product answers
+    price_text: str | None = None   # what the pages show; None: "$<price>"
+
+    @property
+    def price_tag(self) -> str:
+        """The price as WebShop's pages show it: ``$15.0``, ``$10.99``, ``$10.0 to $20.0``."""
+        return self.price_text if self.price_text is not None else f"${self.price}"
 
 
 @dataclass(frozen=True)
@@ -52,26 +81,83 @@ class Goal:
     asin: str
     instruction: str
     attributes: tuple[str, ...]
-    options: dict[str, str]
+    #: name → value (synthetic goals), or bare values (human goals' ``instruction_options``)
+    options: dict[str, str] | tuple[str, ...]
     price_upper: float
     query: str
     name: str
     product_category: str
     category: str
 
+    @property
+    def option_values(self) -> list[str]:
+        return list(self.options.values()) if isinstance(self.options, dict) else list(self.options)
 
-@dataclass
+
 class Catalog:
-    products: list[Product]
-    goals: list[Goal]
+    """Products and goals held in memory (small catalogs, official files, tests)."""
 
-    def __post_init__(self) -> None:
-        self.by_asin = {p.asin: p for p in self.products}
+    def __init__(self, products: Sequence[Product], goals: Sequence[Goal], fingerprint: str | None = None) -> None:
+        self.products = products
+        self.goals = goals
+        self.by_asin: Mapping[str, Product] = {p.asin: p for p in products}
+        self._asins = [p.asin for p in products]
+        self.fingerprint = fingerprint or _digest(
+            json.dumps([[p.asin, p.name, p.description, list(p.bullets), p.options] for p in products]))
+
+    def asin_of(self, i: int) -> str:
+        return self._asins[i]
+
+    def iter_products(self) -> Iterator[Product]:
+        return iter(self.products)
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:20]
+
+
+# ----------------------------------------------------------------------------- goals
+def price_bound(price: float, rng: random.Random | np.random.Generator) -> float:
+    """WebShop's bound for a product at ``price``: the larger of two distinct draws from the
+    first four of 10 … 990 above the price; ``NO_BOUND`` when fewer than two are above."""
+    above = [p for p in PRICE_RANGE if p > price][:4]
+    if len(above) < 2:
+        return NO_BOUND
+    if isinstance(rng, random.Random):
+        return float(sorted(rng.sample(above, 2))[1])
+    return float(sorted(rng.choice(above, size=2, replace=False))[1])
+
+
+def _price_text(bound: float) -> str:
+    return f", and price lower than {bound:.2f} dollars" if bound < NO_BOUND else ""
+
+
+def goals_for(product: Product, rng: random.Random | np.random.Generator,
+              attributes: Sequence[str] | None = None) -> list[Goal]:
+    """WebShop's synthetic goals of one product: one per option combination (option names
+    sorted), all with one price bound (:func:`price_bound`)."""
+    attributes = tuple(product.attributes if attributes is None else attributes)
+    if not product.instruction or not attributes:
+        return []
+    bound = price_bound(product.price, rng)
+    names = sorted(product.options)
+    goals = []
+    for combo in itertools.product(*(product.options[n] for n in names)):
+        chosen = dict(zip(names, combo, strict=True))
+        option_text = ", and ".join(f"{k}: {v}" for k, v in chosen.items())
+        goals.append(Goal(asin=product.asin,
+                          instruction=product.instruction + (f" with {option_text}" if option_text else "") + _price_text(bound),
+                          attributes=attributes, options=chosen, price_upper=bound, query=product.query,
+                          name=product.name, product_category=product.product_category,
+                          category=product.category))
+    return goals
 
 
 # ----------------------------------------------------------------------------- synthetic
-# Per category: product types (query, noun phrase), the attributes instructions ask for, and
-# the options a product may have. Enough variety that search must read the instruction.
+# Per category: product types, the attributes instructions ask for, and the options a product
+# may have. Enough variety that search must read the instruction. ("classic", not "standard":
+# WebShop's option score shrinks a chosen value to a colour word it contains, "standard" -> "tan",
+# which would make such goals unwinnable.)
 _CATEGORIES: dict[str, dict[str, Any]] = {
     "fashion": {
         "path": "Clothing, Shoes & Jewelry",
@@ -112,7 +198,7 @@ _CATEGORIES: dict[str, dict[str, Any]] = {
                        "usb type c", "long battery life", "easy install", "plug and play",
                        "wireless charging", "heavy duty", "high speed", "lightweight"],
         "options": {"color": ["black", "white", "silver", "blue", "rose gold"],
-                    "style": ["standard", "pro", "2 pack", "with case", "mini"]},
+                    "style": ["classic", "pro", "2 pack", "with case", "mini"]},
     },
     "furniture": {
         "path": "Home & Kitchen",
@@ -125,139 +211,469 @@ _CATEGORIES: dict[str, dict[str, Any]] = {
                     "size": ["small", "medium", "large", "2 tier", "4 tier"]},
     },
 }
+_CATS = list(_CATEGORIES)
 _BRANDS = ["acme", "northwind", "bluepeak", "everly", "solace", "kinetic", "harbor", "maple & co",
            "zenith", "lumen", "orchard", "vantage", "copperline", "driftwood", "nimbus", "terra"]
-_PRICE_BOUNDS = (10.0, 20.0, 30.0, 40.0, 50.0, 60.0, 70.0, 80.0, 90.0, 100.0, 150.0, 200.0,
-                 300.0, 400.0, 500.0, 1000.0)
 _PREFIXES = ("i need", "i am looking for", "i want", "find me", "i'm looking for", "get me")
+_CHUNK = 65_536
+_GENERATOR_VERSION = "synthetic-2"
+# asins: "B0" + 8 base-36 digits of a bijection of the product number (no table needed either way)
+_ASIN_M = 36 ** 8
+_ASIN_A = 25_214_903_917  # odd and not a multiple of 3: invertible mod 36^8
+_ASIN_A_INV = pow(_ASIN_A, -1, _ASIN_M)
+_B36 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 
-def _asin(rng: np.random.Generator) -> str:
-    alphabet = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ"
-    return "B0" + "".join(alphabet[i] for i in rng.integers(0, len(alphabet), size=8))
+def _option_names(cat: str) -> list[str]:
+    return list(_CATEGORIES[cat]["options"])
 
 
-def _product(rng: np.random.Generator, category: str, used: set[str]) -> Product:
-    spec = _CATEGORIES[category]
-    asin = _asin(rng)
-    while asin in used:
-        asin = _asin(rng)
-    used.add(asin)
-    kind = str(rng.choice(spec["types"]))
-    attrs = tuple(str(a) for a in rng.choice(spec["attributes"], size=int(rng.integers(2, 4)), replace=False))
-    brand = str(rng.choice(_BRANDS))
-    shown = attrs[: int(rng.integers(1, len(attrs) + 1))]
-    name = f"{brand.title()} {kind.title()} - " + ", ".join(a.title() for a in shown)
-    options: dict[str, tuple[str, ...]] = {}
-    for opt, values in spec["options"].items():
-        if rng.random() < 0.85:
-            k = int(rng.integers(2, min(5, len(values)) + 1))
-            options[opt] = tuple(str(v) for v in rng.choice(values, size=k, replace=False))
-    price = float(np.round(rng.uniform(5, 150) if category != "furniture" else rng.uniform(30, 400), 2))
-    bullets = tuple(f"{a.capitalize()}: designed to be {a} for everyday use." for a in attrs)
-    description = (f"This {kind} from {brand.title()} is {', '.join(attrs[:-1])} and {attrs[-1]}. "
-                   f"A reliable choice in {spec['path'].lower()}.")
-    instruction = (f"{rng.choice(_PREFIXES)} {'a ' if not kind.endswith('s') else ''}{kind} "
-                   f"that is {' and '.join(attrs)}")
-    return Product(asin=asin, name=name, category=category, query=kind,
-                   product_category=f"{spec['path']} › {category.title()} › {kind.title()}",
-                   price=price, attributes=attrs, options=options, description=description,
-                   bullets=bullets, rating=float(np.round(rng.uniform(3.0, 5.0), 1)),
-                   instruction=instruction)
+class _LazySeq(Sequence):
+    def __init__(self, n: int, get: Any) -> None:
+        self._n, self._get = n, get
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return [self._get(j) for j in range(*i.indices(self._n))]
+        i = int(i)
+        if i < 0:
+            i += self._n
+        if not 0 <= i < self._n:
+            raise IndexError(i)
+        return self._get(i)
 
 
-def goals_for(product: Product, rng: np.random.Generator) -> list[Goal]:
-    """WebShop's synthetic goals of one product: one per option combination, each with a price
-    bound drawn from the round bounds above the product's price (none if fewer than 2)."""
-    if not product.instruction or not product.attributes:
-        return []
-    above = [b for b in _PRICE_BOUNDS if b > product.price][:4]
-    if len(above) >= 2:
-        price_upper = float(sorted(rng.choice(above, size=2, replace=False))[1])
-        price_text = f", and price lower than {price_upper:.2f} dollars"
-    else:
-        price_upper, price_text = 1_000_000.0, ""
-    names = sorted(product.options)
-    goals = []
-    for combo in itertools.product(*(product.options[n] for n in names)):
-        chosen = dict(zip(names, combo, strict=True))
+class _AsinMap(Mapping):
+    def __init__(self, catalog: SyntheticCatalog) -> None:
+        self._cat = catalog
+
+    def __getitem__(self, asin: str) -> Product:
+        i = self._cat.index_of(asin)
+        if i is None:
+            raise KeyError(asin)
+        return self._cat.product(i)
+
+    def __iter__(self) -> Iterator[str]:
+        return (self._cat.asin_of(i) for i in range(len(self._cat.products)))
+
+    def __len__(self) -> int:
+        return len(self._cat.products)
+
+    def __contains__(self, asin: object) -> bool:
+        return isinstance(asin, str) and self._cat.index_of(asin) is not None
+
+
+class SyntheticCatalog:
+    """``num_products`` generated products and up to ``goals_per_product`` goals each; see the
+    module docstring. ``products``, ``goals`` and ``by_asin`` behave as a list, a list and a dict."""
+
+    def __init__(self, num_products: int = 1000, seed: int = 0, goals_per_product: int = 2) -> None:
+        self.num_products, self.seed, self.goals_per_product = num_products, seed, goals_per_product
+        self.fingerprint = _digest(f"{_GENERATOR_VERSION}:{num_products}:{seed}:{goals_per_product}")
+        self._asin_b = (seed * 0x9E3779B97F4A7C15 + 0x2545F491) % _ASIN_M
+        self._ncat = np.array([[len(_CATEGORIES[c]["options"][n]) for n in _option_names(c)] for c in _CATS])
+        parts = [self._chunk(c, s, min(_CHUNK, num_products - s))
+                 for c, s in enumerate(range(0, num_products, _CHUNK))]
+        a = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+        self._kind, self._brand, self._prefix = a["kind"], a["brand"], a["prefix"]
+        self._nattr, self._attrs, self._shown = a["nattr"], a["attrs"], a["shown"]
+        self._nval, self._vals, self._cents = a["nval"], a["vals"], a["cents"]
+        # goals in product order, then shuffled with a fixed seed (the same order everywhere)
+        per = a["ngoal"].astype(np.int64)
+        g_prod = np.repeat(np.arange(num_products, dtype=np.int64), per)
+        first = np.repeat(np.cumsum(per) - per, per)
+        slot = np.arange(len(g_prod)) - first
+        g_combo = np.where(slot == 0, a["combo0"][g_prod], a["combo1"][g_prod])
+        order = np.random.default_rng(233).permutation(len(g_prod))  # WebShop shuffles with seed 233
+        self._g_prod = g_prod[order].astype(np.int32)
+        self._g_combo = g_combo[order].astype(np.int16)
+        self._bound = a["bound"]
+        self.product = lru_cache(maxsize=8192)(self.product)  # type: ignore[method-assign]
+        self.products: Sequence[Product] = _LazySeq(num_products, self.product)
+        self.goals: Sequence[Goal] = _LazySeq(len(self._g_prod), self.goal)
+        self.by_asin: Mapping[str, Product] = _AsinMap(self)
+
+    # ------------------------------------------------------------------ generation
+    def _chunk(self, c: int, start: int, n: int) -> dict[str, np.ndarray]:
+        rng = np.random.default_rng([self.seed, c, 0xC47A])
+        cat = (start + np.arange(n)) % len(_CATS)
+        out: dict[str, np.ndarray] = {
+            "kind": rng.integers(0, 8, n).astype(np.int8),
+            "brand": rng.integers(0, len(_BRANDS), n).astype(np.int8),
+            "prefix": rng.integers(0, len(_PREFIXES), n).astype(np.int8),
+            "nattr": rng.integers(2, 4, n).astype(np.int8),
+        }
+        out["attrs"] = np.argsort(rng.random((n, 12), dtype=np.float32), axis=1)[:, :3].astype(np.int8)
+        out["shown"] = (1 + np.floor(rng.random(n) * out["nattr"])).astype(np.int8)
+        nval = np.zeros((n, 2), dtype=np.int8)
+        vals = np.full((n, 2, 5), -1, dtype=np.int8)
+        for s in range(2):
+            size = self._ncat[cat, s]
+            present = rng.random(n) < 0.85
+            k = 2 + np.floor(rng.random(n) * (np.minimum(5, size) - 1)).astype(np.int64)
+            keys = rng.random((n, 6), dtype=np.float32)
+            keys[np.arange(6)[None, :] >= size[:, None]] = 2.0  # values the category lacks sort last
+            order = np.argsort(keys, axis=1)[:, :5]
+            order[np.arange(5)[None, :] >= k[:, None]] = -1
+            vals[:, s] = np.where(present[:, None], order, -1)
+            nval[:, s] = np.where(present, k, 0)
+        out["nval"], out["vals"] = nval, vals
+        furniture = cat == _CATS.index("furniture")
+        u = rng.random(n)
+        price = np.where(furniture, 30 + u * 370, 5 + u * 145)
+        out["cents"] = np.round(price * 100).astype(np.int32)
+        rng.random(n)  # (was a made-up rating; WebShop shows "Rating: N.A." without its reviews file)
+        # goals: up to goals_per_product distinct option combinations (all when there are fewer)
+        combos = np.maximum(nval[:, 0], 1).astype(np.int64) * np.maximum(nval[:, 1], 1)
+        gpp = self.goals_per_product
+        r1, r2 = rng.random(n), rng.random(n)
+        x = np.floor(r1 * combos).astype(np.int64)
+        y = np.floor(r2 * np.maximum(combos - 1, 1)).astype(np.int64)
+        y = y + (y >= x)
+        lo, hi = np.minimum(x, y), np.maximum(x, y)
+        few = combos <= gpp
+        out["ngoal"] = np.minimum(combos, gpp).astype(np.int8) if gpp >= 1 else np.zeros(n, np.int8)
+        out["combo0"] = np.where(few, 0, lo if gpp >= 2 else x)
+        out["combo1"] = np.where(few, 1, hi)
+        # WebShop's price bound: larger of two distinct draws among the first 4 multiples of 10 above
+        m0 = out["cents"] // 1000 + 1
+        count = np.clip(100 - m0, 0, 4)
+        r3, r4 = rng.random(n), rng.random(n)
+        a = np.floor(r3 * count).astype(np.int64)
+        b = np.floor(r4 * np.maximum(count - 1, 1)).astype(np.int64)
+        b = b + (b >= a)
+        out["bound"] = np.where(count >= 2, 10.0 * (m0 + np.maximum(a, b)), NO_BOUND)
+        return out
+
+    # ------------------------------------------------------------------ asins
+    def asin_of(self, i: int) -> str:
+        x = (int(i) * _ASIN_A + self._asin_b) % _ASIN_M
+        digits = []
+        for _ in range(8):
+            x, r = divmod(x, 36)
+            digits.append(_B36[r])
+        return "B0" + "".join(reversed(digits))
+
+    def index_of(self, asin: str) -> int | None:
+        asin = asin.upper()
+        if len(asin) != 10 or not asin.startswith("B0") or any(ch not in _B36 for ch in asin[2:]):
+            return None
+        x = int(asin[2:], 36)
+        i = ((x - self._asin_b) * _ASIN_A_INV) % _ASIN_M
+        return i if i < self.num_products else None
+
+    # ------------------------------------------------------------------ products and goals
+    def _values(self, i: int) -> dict[str, tuple[str, ...]]:
+        cat = _CATS[i % len(_CATS)]
+        options = {}
+        for s, name in enumerate(_option_names(cat)):
+            k = int(self._nval[i, s])
+            if k:
+                table = _CATEGORIES[cat]["options"][name]
+                options[name] = tuple(table[int(v)] for v in self._vals[i, s, :k])
+        return options
+
+    def product(self, i: int) -> Product:
+        cat = _CATS[i % len(_CATS)]
+        spec = _CATEGORIES[cat]
+        kind = spec["types"][int(self._kind[i])]
+        attrs = tuple(spec["attributes"][int(a)] for a in self._attrs[i, : int(self._nattr[i])])
+        brand = _BRANDS[int(self._brand[i])]
+        shown = attrs[: int(self._shown[i])]
+        name = f"{brand.title()} {kind.title()} - " + ", ".join(a.title() for a in shown)
+        description = (f"This {kind} from {brand.title()} is {', '.join(attrs[:-1])} and {attrs[-1]}. "
+                       f"A reliable choice in {spec['path'].lower()}.")
+        bullets = tuple(f"{a.capitalize()}: designed to be {a} for everyday use." for a in attrs)
+        instruction = (f"{_PREFIXES[int(self._prefix[i])]} {'a ' if not kind.endswith('s') else ''}{kind} "
+                       f"that is {' and '.join(attrs)}")
+        return Product(asin=self.asin_of(i), name=name, category=cat, query=kind,
+                       product_category=f"{spec['path']} › {cat.title()} › {kind.title()}",
+                       price=int(self._cents[i]) / 100, attributes=attrs, options=self._values(i),
+                       description=description, bullets=bullets, rating=None, instruction=instruction)
+
+    def goal(self, j: int) -> Goal:
+        i, combo = int(self._g_prod[j]), int(self._g_combo[j])
+        p = self.product(i)
+        names = sorted(p.options)
+        chosen: dict[str, str] = {}
+        for name in reversed(names):  # mixed radix, the last name varying fastest
+            values = p.options[name]
+            combo, r = divmod(combo, len(values))
+            chosen[name] = values[r]
+        chosen = {n: chosen[n] for n in names}
+        bound = float(self._bound[i])
         option_text = ", and ".join(f"{k}: {v}" for k, v in chosen.items())
-        goals.append(Goal(asin=product.asin,
-                          instruction=product.instruction + (f" with {option_text}" if option_text else "") + price_text,
-                          attributes=product.attributes, options=chosen, price_upper=price_upper,
-                          query=product.query, name=product.name,
-                          product_category=product.product_category, category=product.category))
-    return goals
+        return Goal(asin=p.asin, instruction=p.instruction + (f" with {option_text}" if option_text else "")
+                    + _price_text(bound), attributes=p.attributes, options=chosen, price_upper=bound,
+                    query=p.query, name=p.name, product_category=p.product_category, category=p.category)
+
+    def iter_products(self) -> Iterator[Product]:
+        for i in range(self.num_products):
+            yield self.product.__wrapped__(i)  # type: ignore[attr-defined]  # no cache churn
+
+    # ------------------------------------------------------------------ search postings
+    def postings(self, analyzer: Any, vocab: dict[str, int]) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """``(doc, term, tf)`` of each chunk's products, computed from the choice arrays: a
+        product's document (:func:`~arlgym.envs.webshop.search.product_document`) is a sum of
+        pieces (brand, type, attributes, options, fixed words) whose terms are counted once."""
+        pieces: list[str] = []
+
+        def ids(strings: list[str]) -> np.ndarray:
+            start = len(pieces)
+            pieces.extend(strings)
+            return np.arange(start, len(pieces))
+
+        brand = ids(_BRANDS)
+        kind = np.stack([ids(_CATEGORIES[c]["types"]) for c in _CATS])
+        attr = np.stack([ids(_CATEGORIES[c]["attributes"]) for c in _CATS])
+        path = ids([_CATEGORIES[c]["path"] for c in _CATS])
+        opt_name = np.stack([ids(_option_names(c)) for c in _CATS])
+        value = np.full((len(_CATS), 2, 6), -1)
+        for ci, c in enumerate(_CATS):
+            for s, n in enumerate(_option_names(c)):
+                v = ids(_CATEGORIES[c]["options"][n])
+                value[ci, s, : len(v)] = v
+        fixed_desc, fixed_bullet = ids(["this from is and a reliable choice in",
+                                        "designed to be for everyday use"])
+        term_lists = []
+        for text in pieces:
+            term_lists.append([vocab.setdefault(t, len(vocab)) for t in analyzer.terms(text)])
+        plen = np.array([len(t) for t in term_lists])
+        pptr = np.concatenate(([0], np.cumsum(plen)))
+        pterms = np.array([t for ts in term_lists for t in ts], dtype=np.int64)
+        n_terms = len(vocab)
+        for start in range(0, self.num_products, _CHUNK):
+            stop = min(self.num_products, start + _CHUNK)
+            n = stop - start
+            idx = np.arange(start, stop)
+            cat = idx % len(_CATS)
+            local = np.arange(n)
+            rows: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+
+            def add(docs: np.ndarray, piece: np.ndarray, mult: Any, rows: list = rows) -> None:
+                rows.append((docs, piece, np.broadcast_to(np.asarray(mult, dtype=np.int64), docs.shape)))
+
+            add(local, brand[self._brand[idx]], 2)                 # title + description
+            add(local, kind[cat, self._kind[idx]], 2)              # title + description
+            add(local, path[cat], 1)
+            add(local, np.full(n, fixed_desc), 1)
+            add(local, np.full(n, fixed_bullet), 1)                # the first bullet's fixed words
+            nattr, shown = self._nattr[idx], self._shown[idx]
+            for j in range(3):
+                has = j < nattr
+                mult = 1 + (j < shown) + (2 if j == 0 else 0)        # description, title, first bullet x2
+                d = local[has]
+                add(d, attr[cat[has], self._attrs[idx[has], j]], np.asarray(mult)[has] if np.ndim(mult) else mult)
+            for s in range(2):
+                present = self._nval[idx, s] > 0
+                add(local[present], opt_name[cat[present], s], 1)
+                for v in range(5):
+                    vi = self._vals[idx, s, v]
+                    has = vi >= 0
+                    add(local[has], value[cat[has], s, vi[has]], 1)
+            docs = np.concatenate([r[0] for r in rows])
+            piece = np.concatenate([r[1] for r in rows])
+            mult = np.concatenate([r[2] for r in rows])
+            lens = plen[piece]
+            doc_rep = np.repeat(docs, lens)
+            mult_rep = np.repeat(mult, lens)
+            offsets = np.repeat(pptr[piece] - (np.cumsum(lens) - lens), lens) + np.arange(int(lens.sum()))
+            term = pterms[offsets]
+            key, inverse = np.unique(doc_rep * n_terms + term, return_inverse=True)
+            tf = np.bincount(inverse, weights=mult_rep).astype(np.int64)
+            yield key // n_terms + start, key % n_terms, tf
 
 
-def generate_catalog(num_products: int = 1000, seed: int = 0, goals_per_product: int = 2) -> Catalog:
-    """A synthetic catalog of ``num_products`` (equal shares of the five categories) and up to
-    ``goals_per_product`` goals each (a sample of its option combinations), shuffled with a
-    fixed seed so the goal list — and so the splits — are the same everywhere."""
-    if num_products < 5:
-        raise ConfigError(f"num_products must be >= 5, got {num_products}")
-    rng = np.random.default_rng(seed)
-    used: set[str] = set()
-    categories = list(_CATEGORIES)
-    products = [_product(rng, categories[i % len(categories)], used) for i in range(num_products)]
-    goals: list[Goal] = []
-    for product in products:
-        mine = goals_for(product, rng)
-        if len(mine) > goals_per_product:
-            mine = [mine[int(i)] for i in sorted(rng.choice(len(mine), size=goals_per_product, replace=False))]
-        goals += mine
-    order = np.random.default_rng(233).permutation(len(goals))  # WebShop shuffles with seed 233
-    return Catalog(products, [goals[int(i)] for i in order])
+def generate_catalog(num_products: int = 1000, seed: int = 0, goals_per_product: int = 2) -> SyntheticCatalog:
+    """A synthetic catalog (see :class:`SyntheticCatalog`); the same object for the same
+    arguments within a process."""
+    for name, value, low, high in (("num_products", num_products, 5, MAX_PRODUCTS),
+                                   ("catalog_seed", seed, 0, 2**63 - 1),
+                                   ("goals_per_product", goals_per_product, 1, 2)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise ConfigError(f"WebShop {name} must be an integer, got {value!r} ({type(value).__name__})")
+        if not low <= value <= high:
+            raise ConfigError(f"WebShop {name} must be between {low:,} and {high:,}, got {value:,}")
+    return _synthetic(int(num_products), int(seed), int(goals_per_product))
+
+
+@lru_cache(maxsize=4)
+def _synthetic(num_products: int, seed: int, goals_per_product: int) -> SyntheticCatalog:
+    return SyntheticCatalog(num_products, seed, goals_per_product)
 
 
 # ----------------------------------------------------------------------------- official data
-def _price(pricing: Any) -> float | None:
-    numbers = re.findall(r"\d+(?:\.\d+)?", str(pricing).replace(",", "")) if pricing else []
-    return float(numbers[0]) if numbers else None
+def _webshop_price(pricing: Any) -> tuple[list[float], str]:
+    """WebShop's ``load_products`` pricing: the numbers after each "$" (at most two) and the tag."""
+    if not pricing:
+        return [100.0], "$100.0"
+    try:
+        prices = [float(Decimal(re.sub(r"[^\d.]", "", part))) for part in str(pricing).split("$")[1:]]
+    except InvalidOperation:
+        prices = []
+    if not prices:  # WebShop raises here; a product with an unreadable price gets the default
+        return [100.0], "$100.0"
+    if len(prices) == 1:
+        return prices, f"${prices[0]}"
+    return prices[:2], f"${prices[0]} to ${prices[1]}"
 
 
-def load_official_catalog(products_file: str | Path, instructions_file: str | Path,
-                          seed: int = 0) -> Catalog:
+def iter_json_array(path: Path, buffer: int = 1 << 20) -> Iterator[Any]:
+    """The items of a JSON array file, parsed one at a time (a 5 GB file never sits in memory)."""
+    decoder = json.JSONDecoder()
+    with open(path, encoding="utf-8") as f:
+        text, pos, eof = f.read(buffer), 0, False
+
+        def more() -> bool:
+            nonlocal text, pos, eof
+            chunk = f.read(buffer)
+            if not chunk:
+                eof = True
+                return False
+            text, pos = text[pos:] + chunk, 0
+            return True
+
+        def skip(chars: str) -> str:
+            nonlocal pos
+            while True:
+                while pos < len(text) and text[pos] in chars:
+                    pos += 1
+                if pos < len(text) or not more():
+                    return text[pos] if pos < len(text) else ""
+
+        if skip(" \t\r\n") != "[":
+            raise json.JSONDecodeError("expected a JSON array", text, pos)
+        pos += 1
+        while True:
+            ch = skip(" \t\r\n,")
+            if ch == "]":
+                return
+            if ch == "":
+                raise json.JSONDecodeError("unterminated JSON array", text, pos)
+            while True:
+                try:
+                    item, end = decoder.raw_decode(text, pos)
+                except json.JSONDecodeError:
+                    if eof or not more():
+                        raise
+                    continue
+                if end == len(text) and not eof and more():  # a number may go on in the next chunk
+                    continue
+                break
+            pos = end
+            yield item
+
+
+def _load_json(path: Path, what: str) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise LevelFormatError(f"WebShop {what} file {str(path)!r} is not valid JSON: {e}") from e
+
+
+def _official_product(item: Any, path: Path, n: int, ins: Mapping[str, Any], rng: random.Random) -> tuple[Product, float] | None:
+    if not isinstance(item, dict):
+        raise LevelFormatError(f"{path}: product #{n} is a {type(item).__name__}, not a JSON object "
+                               "(expected WebShop's items_shuffle.json: a list of product objects)")
+    asin = item.get("asin")
+    if not isinstance(asin, str) or asin == "nan" or len(asin) > 10 or not asin:
+        return None
+    prices, tag = _webshop_price(item.get("pricing"))
+    price = prices[0] if len(prices) == 1 else rng.uniform(*prices[:2])
+    options: dict[str, tuple[str, ...]] = {}
+    custom = item.get("customization_options") or {}
+    if not isinstance(custom, dict):
+        raise LevelFormatError(f"{path}: product {asin}: customization_options must be an object "
+                               f"of option name -> values, got {type(custom).__name__}")
+    for opt, contents in custom.items():
+        if contents is None:
+            continue
+        if not isinstance(contents, list):
+            raise LevelFormatError(f"{path}: product {asin}: option {opt!r} must list its values")
+        values = []
+        for v in contents:
+            raw = v.get("value") if isinstance(v, dict) else v
+            if raw is None:
+                raise LevelFormatError(f"{path}: product {asin}: a value of option {opt!r} has no 'value'")
+            values.append(str(raw).strip().replace("/", " | ").lower())
+        options[str(opt).lower()] = tuple(values)
+    bullets = item.get("small_description") or []
+    entry = ins.get(asin) or {}
+    if not isinstance(entry, dict):
+        entry = {}
+    attributes = entry.get("attributes") or ["DUMMY_ATTR"]
+    product = Product(
+        asin=asin, name=str(item.get("name") or ""), category=str(item.get("category") or ""),
+        query=str(item.get("query") or "").lower().strip(),
+        product_category=str(item.get("product_category") or ""), price=float(price),
+        attributes=tuple(str(a) for a in attributes), options=options,
+        description=str(item.get("full_description") or ""),
+        bullets=tuple(str(b) for b in (bullets if isinstance(bullets, list) else [bullets])),
+        rating=None, instruction=entry.get("instruction"), price_text=tag)
+    return product, price
+
+
+def load_official_catalog(products_file: str | Path, instructions_file: str | Path, seed: int = 0,
+                          goal_source: str = "synthetic", human_file: str | Path | None = None) -> Catalog:
     """WebShop's own product and instruction files (see the module docstring)."""
     products_file, instructions_file = Path(products_file), Path(instructions_file)
-    for f in (products_file, instructions_file):
+    if goal_source not in ("synthetic", "human"):
+        raise ConfigError(f"goal_source must be 'synthetic' or 'human', got {goal_source!r}")
+    files = [products_file, instructions_file]
+    if goal_source == "human":
+        if human_file is None:
+            raise ConfigError("goal_source='human' needs WebShop's items_human_ins.json next to the product file")
+        files.append(Path(human_file))
+    for f in files:
         if not f.is_file():
-            raise ConfigError(f"WebShop data file {str(f)!r} does not exist (items_shuffle_1000.json "
-                              "and items_ins_v2_1000.json from WebShop's data download)")
+            raise ConfigError(f"WebShop data file {str(f)!r} does not exist (items_shuffle_1000.json, "
+                              "items_ins_v2_1000.json and items_human_ins.json come from WebShop's data download)")
+    raw_ins = _load_json(instructions_file, "instruction")
+    if not isinstance(raw_ins, dict):
+        raise LevelFormatError(f"WebShop instruction file {str(instructions_file)!r} must be a JSON object "
+                               f"of asin -> {{instruction, instruction_attributes, attributes}}, got a "
+                               f"{type(raw_ins).__name__}")
+    rng = random.Random(seed)  # WebShop draws range prices with the global `random`; ours is seeded
+    products: list[Product] = []
+    prices: dict[str, float] = {}
     try:
-        raw_products = json.loads(products_file.read_text(encoding="utf-8"))
-        raw_ins = json.loads(instructions_file.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"WebShop data is not valid JSON: {e}") from e
-    if not isinstance(raw_products, list) or not isinstance(raw_ins, dict):
-        raise ConfigError("expected a JSON list of products and a JSON object of instructions by asin")
-    products = []
-    seen: set[str] = set()
-    for item in raw_products:
-        asin = item.get("asin")
-        price = _price(item.get("pricing"))
-        if not asin or asin in seen or price is None:
-            continue
-        seen.add(asin)
-        ins = raw_ins.get(asin, {})
-        options = {}
-        for opt, values in (item.get("customization_options") or {}).items():
-            vals = tuple(str(v.get("value") if isinstance(v, dict) else v).strip().lower() for v in values or [])
-            if vals:
-                options[str(opt).lower()] = vals
-        bullets = item.get("small_description") or []
-        products.append(Product(
-            asin=asin, name=str(item.get("name", "")), category=str(item.get("category", "")),
-            query=str(item.get("query", "")).lower(), product_category=str(item.get("product_category", "")),
-            price=price, attributes=tuple(ins.get("instruction_attributes") or ins.get("attributes") or ()),
-            options=options, description=str(item.get("full_description") or ""),
-            bullets=tuple(str(b) for b in (bullets if isinstance(bullets, list) else [bullets])),
-            rating=None, instruction=ins.get("instruction")))
+        for n, item in enumerate(iter_json_array(products_file)):
+            made = _official_product(item, products_file, n, raw_ins, rng)
+            if made is None or made[0].asin in prices:
+                continue
+            products.append(made[0])
+            prices[made[0].asin] = made[1]
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise LevelFormatError(f"WebShop product file {str(products_file)!r} is not a valid JSON array: {e}") from e
     if not products:
-        raise ConfigError(f"{products_file}: no product with an asin and a price")
-    rng = np.random.default_rng(seed)
-    goals = [g for p in products for g in goals_for(p, rng)]
+        raise LevelFormatError(f"{products_file}: no product with an asin")
+    goals: list[Goal] = []
+    if goal_source == "synthetic":
+        for p in products:
+            entry = raw_ins.get(p.asin) or {}
+            goals += goals_for(p, rng, attributes=entry.get("instruction_attributes") or ())
+    else:
+        human = _load_json(Path(human_file), "human instruction")  # type: ignore[arg-type]
+        if not isinstance(human, dict):
+            raise LevelFormatError(f"{human_file}: expected a JSON object of asin -> list of instructions")
+        for p in products:
+            for entry in human.get(p.asin) or []:
+                attrs = tuple(entry.get("instruction_attributes") or ())
+                if not attrs or not entry.get("instruction"):
+                    continue
+                bound = price_bound(prices[p.asin], rng)
+                opts = entry.get("instruction_options") or []
+                goals.append(Goal(asin=p.asin, instruction=str(entry["instruction"]).strip(".") + _price_text(bound),
+                                  attributes=attrs, options=dict(opts) if isinstance(opts, dict) else tuple(opts),
+                                  price_upper=bound, query=p.query, name=p.name,
+                                  product_category=p.product_category, category=p.category))
     if not goals:
-        raise ConfigError(f"{instructions_file}: no product has an instruction with attributes")
-    order = np.random.default_rng(233).permutation(len(goals))
-    return Catalog(products, [goals[int(i)] for i in order])
+        raise LevelFormatError(f"{instructions_file}: no product has an instruction with attributes")
+    order = list(range(len(goals)))
+    random.Random(233).shuffle(order)  # WebShop: random.seed(233); random.shuffle(goals)
+    stat = products_file.stat()
+    fingerprint = _digest(f"official:{products_file.resolve()}:{stat.st_size}:{stat.st_mtime_ns}:{seed}")
+    return Catalog(products, [goals[i] for i in order], fingerprint=fingerprint)

@@ -2,19 +2,39 @@
 description / features / reviews tabs) → buy. One :class:`ShopSession` is one shopper; the
 catalog and search index are shared (built once per catalog, not once per env).
 
-Text rendering follows WebShop's text mode: the visible strings of a page joined by ``[SEP]``
-(the instruction is left out: the prompt carries it). Actions are WebShop's ``search[query]`` and
-``click[element]``; the admissible list holds every clickable element of the page.
+Pages follow WebShop's text mode as verl-agent (ARLArena) runs it: the visible strings of the
+page's HTML (``web_agent_site/templates``) joined by `` [SEP] ``, the instruction left out (the
+prompt carries it):
+
+* search: ``Search``
+* results: ``Back to Search [SEP] Page 2 (Total results: 50) [SEP] < Prev [SEP] Next > [SEP] <asin>
+  [SEP] <title> [SEP] $<price> …`` ("< Prev" from page 2 on; "Next >" on every page, the last and
+  a zero-hit one included, as WebShop's template shows it);
+* item: ``Back to Search [SEP] < Prev [SEP] <option name> [SEP] <value> … [SEP] <title> [SEP]
+  Price: $15.0 [SEP] Rating: N.A. [SEP] Description [SEP] Features [SEP] Reviews [SEP] Buy Now``;
+* description / features / reviews: ``Back to Search [SEP] < Prev`` then the description, each
+  bullet point, or the reviews (none here).
+
+Prices are written as WebShop writes them (Python's float text: ``$15.0``, ``$10.99``, ranges
+``$10.0 to $20.0``). The admissible clickables are listed as WebShop's ``get_available_actions``
+lists them: the page's buttons and product links in page order, then the option values.
+
+Actions as WebShop's text env parses them (``re.match(r"(.+)\\[(.+)\\]", action)``, the name
+case-sensitive, the argument lower-cased): ``search[q]`` with a non-empty ``q`` runs a new search
+from any page (also on a results or item page); ``click[x]`` acts when ``x`` is a clickable of
+the page other than ``search``; anything else — ``Search[q]``, `` search[q]``, ``click [buy
+now]``, an element not on the page — changes nothing. Text after the closing bracket is ignored
+(``search[q] please`` searches ``q``).
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
-from arlgym.envs.webshop.catalog import Catalog, Goal, Product
+from arlgym.envs.webshop.catalog import Goal, Product
 from arlgym.envs.webshop.reward import ScoreBreakdown, purchase_score
-from arlgym.envs.webshop.search import BM25Index
 
 __all__ = ["ShopSession", "Step", "RESULTS_PER_PAGE", "SEP", "parse_shop_action"]
 
@@ -22,16 +42,16 @@ RESULTS_PER_PAGE = 10
 SEP = " [SEP] "
 BACK, NEXT, PREV, BUY = "back to search", "next >", "< prev", "buy now"
 TABS = ("description", "features", "reviews")
-_ACTION = re.compile(r"^\s*(search|click)\s*\[(.*)\]\s*$", re.IGNORECASE | re.DOTALL)
+_ACTION = re.compile(r"(.+)\[(.+)\]")  # WebShop's parse_action
 
 
 def parse_shop_action(action: str) -> tuple[str, str] | None:
-    """``"click[Buy Now]"`` → ``("click", "buy now")``; ``None`` if not ``search[...]``/``click[...]``."""
+    """``"click[Buy Now]"`` → ``("click", "buy now")`` as WebShop parses it; ``None`` when the
+    action is not a ``search[...]`` or ``click[...]`` WebShop would act on."""
     match = _ACTION.match(action)
-    if not match:
+    if not match or match.group(1) not in ("search", "click"):
         return None
-    verb, arg = match.group(1).lower(), match.group(2).strip()
-    return verb, (arg if verb == "search" else arg.lower())
+    return match.group(1), match.group(2).lower()
 
 
 @dataclass
@@ -45,8 +65,8 @@ class Step:
 
 @dataclass
 class ShopSession:
-    catalog: Catalog
-    index: BM25Index
+    catalog: Any
+    index: Any  # .search(query) -> asins
     goal: Goal
     page: str = "search"  # search | results | item | tab
     query: str = ""
@@ -68,20 +88,16 @@ class ShopSession:
         return self.results[start : start + RESULTS_PER_PAGE]
 
     def clickables(self) -> list[str]:
+        """The page's clickables in WebShop's order: buttons and product links, then option values."""
         if self.page == "search":
             return ["search"]
         if self.page == "results":
-            out = [BACK]
-            if self.page_no > 1:
-                out.append(PREV)
-            if self.page_no * RESULTS_PER_PAGE < len(self.results):
-                out.append(NEXT)
-            return out + [a.lower() for a in self.page_results()]
+            return [BACK, *([PREV] if self.page_no > 1 else []), NEXT, *(a.lower() for a in self.page_results())]
         if self.page == "item":
             product = self.product
             assert product is not None
             values = [v for vs in product.options.values() for v in vs]
-            return [BACK, PREV, *dict.fromkeys(values), *TABS, BUY]  # page order
+            return [BACK, PREV, *TABS, BUY, *dict.fromkeys(values)]
         return [BACK, PREV]
 
     def admissible(self) -> list[str]:
@@ -92,31 +108,26 @@ class ShopSession:
         if self.page == "search":
             return "Search"
         if self.page == "results":
-            parts = [BACK.title(), f"Page {self.page_no} (Total results: {len(self.results)})"]
-            parts += [PREV.title()] if self.page_no > 1 else []
-            parts += ["Next >"] if self.page_no * RESULTS_PER_PAGE < len(self.results) else []
+            parts = ["Back to Search", f"Page {self.page_no} (Total results: {len(self.results)})"]
+            parts += ["< Prev"] if self.page_no > 1 else []
+            parts.append("Next >")
             for asin in self.page_results():
                 p = self.catalog.by_asin[asin]
-                parts += [asin, p.name, f"${p.price:.2f}"]
-            if not self.results:
-                parts.append("No products match your query.")
-            return SEP.join(parts)
+                parts += [asin, p.name, p.price_tag]
+            return SEP.join(_visible(parts))
         product = self.product
         assert product is not None
         if self.page == "tab":
-            body = {"description": product.description,
-                    "features": SEP.join(product.bullets) or "No features listed.",
-                    "reviews": "No reviews yet."}[self.tab or "description"]
-            return SEP.join([BACK.title(), PREV.title(), body])
-        parts = [BACK.title(), PREV.title()]
+            body = {"description": [product.description], "features": list(product.bullets),
+                    "reviews": []}[self.tab or "description"]
+            return SEP.join(_visible(["Back to Search", "< Prev", *body]))
+        parts = ["Back to Search", "< Prev"]
         for name, values in product.options.items():
             parts += [name, *values]
-        parts += [product.name, f"Price: ${product.price:.2f}",
+        parts += [product.name, f"Price: {product.price_tag}",
                   f"Rating: {product.rating if product.rating is not None else 'N.A.'}",
                   "Description", "Features", "Reviews", "Buy Now"]
-        if self.chosen:
-            parts.append("Selected: " + ", ".join(f"{k}: {v}" for k, v in self.chosen.items()))
-        return SEP.join(parts)
+        return SEP.join(_visible(parts))
 
     def state(self) -> tuple:
         """The true page state (for the GiGPO anchor)."""
@@ -129,20 +140,19 @@ class ShopSession:
         if parsed is None:
             return Step(valid=False)
         verb, arg = parsed
-        if verb == "search":
-            if self.page != "search" or not arg or arg == "<your query>":
-                return Step(valid=False)
-            self.query = arg.lower()
-            self.results = self.index.search(self.query)
-            self.page, self.page_no = "results", 1
+        if verb == "search":  # from any page, as WebShop's text env does
+            self.query = arg
+            self.results = self.index.search(arg)
+            self.page, self.page_no, self.asin, self.chosen, self.tab = "results", 1, None, {}, None
             return Step(valid=True)
-        if arg not in self.clickables():
+        clickables = self.clickables()
+        if arg not in clickables:
             return Step(valid=False)
-        if arg == "search":  # the search button with an empty box: nothing happens
+        if arg == "search":  # WebShop ignores a click on the search button (the box is empty)
             return Step(valid=True)
         if arg == BACK:
             self.page, self.query, self.results, self.asin, self.tab = "search", "", [], None, None
-            self.chosen = {}
+            self.page_no, self.chosen = 1, {}
         elif arg == NEXT:
             self.page_no += 1
         elif arg == PREV:
@@ -163,9 +173,14 @@ class ShopSession:
             self.purchased = product.asin
             self.result = purchase_score(product, self.chosen, self.goal)
             return Step(valid=True, done=True, score=self.result)
-        else:  # an option value: select it under its option name
+        else:  # an option value: WebShop's clickable is the last radio button with that value
             product = self.product
             assert product is not None
-            name = next(n for n, vs in product.options.items() if arg in vs)
+            name = [n for n, vs in product.options.items() if arg in vs][-1]
             self.chosen[name] = arg
         return Step(valid=True)
+
+
+def _visible(parts: list[str]) -> list[str]:
+    """The page's text nodes as WebShop's text mode keeps them: stripped, empty ones dropped."""
+    return [s for s in (p.strip() for p in parts) if s]

@@ -25,11 +25,20 @@ import threading
 from pathlib import Path
 from typing import Any, ClassVar
 
+import numpy as np
+
 from arlgym.core.env import ActResult, AgentEnv, TaskSpec
 from arlgym.core.prompts import WEBSHOP, HistoryEntry, format_admissible, render_prompt
-from arlgym.envs.webshop.catalog import Catalog, generate_catalog, load_official_catalog
-from arlgym.envs.webshop.engine import RESULTS_PER_PAGE, ShopSession
-from arlgym.envs.webshop.search import BM25Index
+from arlgym.envs.webshop.catalog import (
+    MAX_PRODUCTS,
+    Catalog,
+    SyntheticCatalog,
+    generate_catalog,
+    load_official_catalog,
+)
+from arlgym.envs.webshop.engine import RESULTS_PER_PAGE, ShopSession, parse_shop_action
+from arlgym.envs.webshop.reward import token_set_ratio
+from arlgym.envs.webshop.search import ProductIndex, shared_index
 from arlgym.errors import ConfigError, TaskNotFound
 
 __all__ = ["WebShopEnv", "REWARD_WIN", "split_range", "load_shop"]
@@ -40,28 +49,52 @@ _SPLIT_ALIASES = {"eval": "test", "validation": "val", "valid": "val"}
 _TASK_ID = re.compile(r"^goal-(\d+)$")
 _OFFICIAL_FILES = (("items_shuffle_1000.json", "items_ins_v2_1000.json"),
                    ("items_shuffle.json", "items_ins_v2.json"))
+_HUMAN_FILE = "items_human_ins.json"
+_GOAL_SOURCES = ("synthetic", "human")
 
-_CACHE: dict[tuple, tuple[Catalog, BM25Index]] = {}
+_CACHE: dict[tuple, Catalog | SyntheticCatalog] = {}
 _CACHE_LOCK = threading.Lock()
 
 
-def load_shop(data_dir: str | None, num_products: int, catalog_seed: int) -> tuple[Catalog, BM25Index]:
-    """The catalog and its search index, built once per process for each data source."""
-    key = (data_dir, num_products, catalog_seed)
+def _check_int(name: str, value: Any, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise ConfigError(f"WebShop {name} must be an integer, got {value!r} ({type(value).__name__}); "
+                          f"e.g. {name}={low if low > 0 else 0}")
+    if not low <= int(value) <= high:
+        raise ConfigError(f"WebShop {name} must be between {low:,} and {high:,}, got {int(value):,}")
+    return int(value)
+
+
+def load_shop(data_dir: str | Path | None, num_products: int = 1000, catalog_seed: int = 0,
+              goal_source: str = "synthetic") -> tuple[Catalog | SyntheticCatalog, ProductIndex]:
+    """The catalog and its search index, each built once per process (the index also cached on
+    disk, see :func:`~arlgym.envs.webshop.search.shared_index`)."""
+    num_products = _check_int("num_products", num_products, 5, MAX_PRODUCTS)
+    catalog_seed = _check_int("catalog_seed", catalog_seed, 0, 2**63 - 1)
+    if goal_source not in _GOAL_SOURCES:
+        raise ConfigError(f"WebShop goal_source must be one of {list(_GOAL_SOURCES)}, got {goal_source!r}")
+    if data_dir is None and goal_source == "human":
+        raise ConfigError("goal_source='human' needs data_dir= a folder with WebShop's "
+                          "items_human_ins.json (the synthetic catalog has synthetic goals only)")
+    key = (None if data_dir is None else str(data_dir), num_products, catalog_seed, goal_source)
     with _CACHE_LOCK:
         if key not in _CACHE:
             if data_dir is None:
-                catalog = generate_catalog(num_products, catalog_seed)
+                catalog: Catalog | SyntheticCatalog = generate_catalog(num_products, catalog_seed)
             else:
                 folder = Path(data_dir)
+                if not folder.is_dir():
+                    raise ConfigError(f"WebShop data_dir {str(data_dir)!r} is not a folder")
                 found = [(folder / a, folder / b) for a, b in _OFFICIAL_FILES
                          if (folder / a).is_file() and (folder / b).is_file()]
                 if not found:
-                    raise ConfigError(f"{data_dir} holds neither items_shuffle_1000.json + "
+                    raise ConfigError(f"WebShop data_dir {str(data_dir)!r} holds neither items_shuffle_1000.json + "
                                       "items_ins_v2_1000.json nor items_shuffle.json + items_ins_v2.json")
-                catalog = load_official_catalog(*found[0], seed=catalog_seed)
-            _CACHE[key] = (catalog, BM25Index(catalog.products))
-        return _CACHE[key]
+                catalog = load_official_catalog(*found[0], seed=catalog_seed, goal_source=goal_source,
+                                                human_file=folder / _HUMAN_FILE)
+            _CACHE[key] = catalog
+        catalog = _CACHE[key]
+    return catalog, shared_index(catalog)
 
 
 def split_range(split: str, num_goals: int) -> tuple[int, int]:
@@ -80,8 +113,10 @@ class WebShopEnv(AgentEnv):
 
     Args:
         data_dir: folder with WebShop's official product files (``None``: synthetic catalog).
-        num_products: size of the synthetic catalog.
+        num_products: size of the synthetic catalog (5 … 2,000,000; WebShop's full size is 1,181,436).
         catalog_seed: seed of the synthetic catalog and of the goals' price bounds.
+        goal_source: ``"synthetic"`` (WebShop's generated instructions) or ``"human"`` (its
+            crowd-written ``items_human_ins.json``; needs ``data_dir``).
         max_steps: steps per episode (Table 6: 15).
         **kwargs: the :class:`~arlgym.core.env.AgentEnv` options.
     """
@@ -89,12 +124,10 @@ class WebShopEnv(AgentEnv):
     default_max_steps: ClassVar[int] = 15
 
     def __init__(self, data_dir: str | Path | None = None, num_products: int = 1000,
-                 catalog_seed: int = 0, max_steps: int | None = None, **kwargs: Any) -> None:
+                 catalog_seed: int = 0, goal_source: str = "synthetic", max_steps: int | None = None,
+                 **kwargs: Any) -> None:
         super().__init__(max_steps=max_steps, **kwargs)
-        if data_dir is not None and not Path(data_dir).is_dir():
-            raise ConfigError(f"data_dir {str(data_dir)!r} is not a folder")
-        self.catalog, self.index = load_shop(None if data_dir is None else str(data_dir),
-                                         int(num_products), int(catalog_seed))
+        self.catalog, self.index = load_shop(data_dir, num_products, catalog_seed, goal_source)
         self.session: ShopSession | None = None
         self._last_score = 0.0
         self._searches = 0
@@ -127,7 +160,8 @@ class WebShopEnv(AgentEnv):
     def _act(self, action: str) -> ActResult:
         assert self.session is not None
         step = self.session.act(action)
-        if step.valid and self.session.page == "results" and action.strip().lower().startswith("search"):
+        parsed = parse_shop_action(action)
+        if step.valid and parsed is not None and parsed[0] == "search":
             self._searches += 1
         if step.done:
             assert step.score is not None
@@ -165,15 +199,15 @@ class WebShopEnv(AgentEnv):
 
     # ------------------------------------------------------------------ expert
     def expert_action(self) -> str:
-        """What a shopper who knows the target product does next: search the request, page to
-        the target, open it, pick the goal's options, buy."""
+        """What a shopper who knows the target product does next: search the request (then, if
+        the target was not among its results, its title), page to the target, open it, pick the
+        goal's options, buy."""
         s = self.session
         assert s is not None
         goal = s.goal
+        request = re.split(r" with |, and price", goal.instruction)[0]
         if s.page == "search":
-            # the request itself first; if the target was not among its results, its title
-            first = re.split(r" with |, and price", goal.instruction)[0]
-            return f"search[{first if self._searches == 0 else goal.name.lower()}]"
+            return f"search[{request if self._searches == 0 else goal.name.lower()}]"
         if s.page == "tab":
             return "click[< prev]"
         if s.page == "results":
@@ -181,12 +215,23 @@ class WebShopEnv(AgentEnv):
                 return f"click[{goal.asin.lower()}]"
             if goal.asin in s.results[s.page_no * RESULTS_PER_PAGE:]:
                 return "click[next >]"
+            if self._searches < 2:
+                return f"search[{goal.name.lower()}]"  # WebShop searches from a results page too
             return "click[back to search]"
         if s.asin != goal.asin:
             return "click[< prev]"
-        for name in sorted(goal.options):
-            if s.chosen.get(name) != goal.options[name] and goal.options[name] in s.clickables():
-                return f"click[{goal.options[name]}]"
+        values = [v for vs in s.product.options.values() for v in vs] if s.product else []
+        wanted = ([goal.options[n] for n in sorted(goal.options)] if isinstance(goal.options, dict)
+                  else list(goal.options))
+        for want in wanted:
+            if want in values:
+                pick = want
+            else:  # a human goal's wording: the product's closest option value, if close enough
+                ratio, pick = max(((token_set_ratio(v, want), v) for v in values), default=(0, ""))
+                if ratio <= 85:
+                    continue
+            if pick not in s.chosen.values():
+                return f"click[{pick}]"
         return "click[buy now]"
 
     def expert_response(self) -> str:

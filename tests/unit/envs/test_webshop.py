@@ -9,6 +9,7 @@ import pytest
 
 import arlgym  # noqa: F401
 from arlgym.envs.webshop.catalog import (
+    Catalog,
     Goal,
     Product,
     generate_catalog,
@@ -18,7 +19,7 @@ from arlgym.envs.webshop.catalog import (
 from arlgym.envs.webshop.engine import parse_shop_action
 from arlgym.envs.webshop.env import REWARD_WIN, split_range
 from arlgym.envs.webshop.reward import purchase_score, token_set_ratio
-from arlgym.envs.webshop.search import BM25Index
+from arlgym.envs.webshop.search import ProductIndex, build_bm25
 from arlgym.errors import ConfigError, TaskNotFound
 
 SHIRT = Product(asin="B000000001", name="Acme Men's T-Shirt - Machine Washable", category="fashion",
@@ -57,10 +58,11 @@ def test_wrong_product_type_scales_the_score_down():
 
 
 def test_token_set_ratio_matches_thefuzz_on_known_pairs():
-    # thefuzz.fuzz.token_set_ratio gives 100, 100, 88 (python-Levenshtein) for these
+    # thefuzz.fuzz.token_set_ratio (Levenshtein ratio) gives 100, 100, 89, 83 for these
     assert token_set_ratio("navy blue", "blue") == 100      # subset -> 100
     assert token_set_ratio("X-Large", "large") == 100
-    assert token_set_ratio("pack of 2", "pack of 3") in (88, 89)  # WebShop's known leniency
+    assert token_set_ratio("pack of 2", "pack of 3") == 89  # WebShop's known leniency: 2*8/18
+    assert token_set_ratio("x-large", ("size", "large")) == 83  # 2*5/12: x-large is not large
     assert token_set_ratio("black", "white") < 50
     assert token_set_ratio("", "x") == 0
 
@@ -89,18 +91,24 @@ def _item(asin, name):
                    attributes=())
 
 
+def _index(products):
+    cat = Catalog(products, [])
+    return ProductIndex(build_bm25(cat), cat.asin_of)
+
+
 def test_bm25_ranks_by_matching_rare_words():
-    index = BM25Index([_item("A", "red running shoes"), _item("B", "blue running shoes"),
-                       _item("C", "red wool socks")])
+    index = _index([_item("A", "red running shoes"), _item("B", "blue running shoes"),
+                    _item("C", "red wool socks")])
     # A has both words; B and C one each, both in 2 of 3 docs (equal idf, equal length): a tie
     assert index.search("red shoes") == ["A", "B", "C"]
     assert index.search("wool") == ["C"] and index.search("zzzz qqqq") == []
     assert index.search("running", k=1) == ["A"]           # ties keep catalog order
+    assert index.search("sock") == ["C"] and index.search("the a of") == []  # stemmed; stop-words
 
 
 def test_searching_a_goal_finds_its_product_on_the_first_page():
     cat = generate_catalog(300, seed=1)
-    index = BM25Index(cat.products)
+    index = ProductIndex(build_bm25(cat), cat.asin_of)
     assert all(g.asin in index.search(g.instruction)[:10] for g in cat.goals[:100])
 
 
@@ -117,7 +125,7 @@ def test_pages_actions_and_admissible_lists():
     assert env.session.goal.instruction in prompt and "'search[<your query>]'" in prompt
     _, r, term, _, info = env.step("<think>t</think><action>search[bar stool]</action>")
     assert info["action_valid"] and not term and r == 0.0
-    assert info["raw_observation"].startswith("Back To Search [SEP] Page 1 (Total results: ")
+    assert info["raw_observation"].startswith("Back to Search [SEP] Page 1 (Total results: ")
     first = next(a for a in info["admissible_actions"] if a.startswith("click[b0"))
     _, _, _, _, info = env.step(f"<think>t</think><action>{first}</action>")
     assert "click[buy now]" in info["admissible_actions"] and "click[description]" in info["admissible_actions"]
@@ -179,9 +187,11 @@ def test_splits_are_disjoint_and_task_ids_checked():
 
 
 def test_parse_shop_action():
-    assert parse_shop_action(" Click[Buy Now] ") == ("click", "buy now")
-    assert parse_shop_action("search[Red Shoes]") == ("search", "Red Shoes")
-    assert parse_shop_action("buy") is None
+    assert parse_shop_action("click[Buy Now]") == ("click", "buy now")
+    assert parse_shop_action("search[Red Shoes]") == ("search", "red shoes")   # WebShop lower-cases
+    assert parse_shop_action("search[q] please") == ("search", "q")
+    for ignored in ("buy", " Click[Buy Now] ", "Search[q]", " search[q]", "click [buy now]", "search[]"):
+        assert parse_shop_action(ignored) is None
 
 
 def test_official_webshop_files_load(tmp_path):
@@ -191,14 +201,22 @@ def test_official_webshop_files_load(tmp_path):
                  "full_description": "Long lasting.", "small_description": ["aluminum free"],
                  "customization_options": {"Scent": [{"value": "Citrus", "image": None},
                                                      {"value": "Lavender", "image": None}]}},
-                {"asin": "B0TEST0002", "name": "No price", "pricing": ""}]
+                {"asin": "B0TEST0002", "name": "No price", "pricing": ""},
+                {"asin": "B0TEST0003", "name": "Range", "pricing": "$12.00 - $15.50",
+                 "customization_options": {"Color": [{"value": "Black/White"}]}}]
     ins = {"B0TEST0001": {"instruction": "i need a long lasting deodorant",
                           "instruction_attributes": ["long lasting", "aluminum free"]}}
     (tmp_path / "items_shuffle_1000.json").write_text(json.dumps(products))
     (tmp_path / "items_ins_v2_1000.json").write_text(json.dumps(ins))
     cat = load_official_catalog(tmp_path / "items_shuffle_1000.json", tmp_path / "items_ins_v2_1000.json")
-    assert [p.asin for p in cat.products] == ["B0TEST0001"] and cat.products[0].price == 10.99
-    assert cat.products[0].options == {"scent": ("citrus", "lavender")}
+    assert [p.asin for p in cat.products] == ["B0TEST0001", "B0TEST0002", "B0TEST0003"]
+    first, free, ranged = cat.products
+    assert first.price == 10.99 and first.price_tag == "$10.99"
+    assert free.price == 100.0 and free.price_tag == "$100.0"        # WebShop's default price
+    assert 12.0 <= ranged.price <= 15.5 and ranged.price_tag == "$12.0 to $15.5"
+    assert ranged.options == {"color": ("black | white",)}            # "/" written " | "
+    assert first.attributes == ("DUMMY_ATTR",)                        # no full attribute list given
+    assert first.options == {"scent": ("citrus", "lavender")}
     assert sorted(g.options["scent"] for g in cat.goals) == ["citrus", "lavender"]
     env = _env(data_dir=str(tmp_path))
     _, info = env.reset(options={"task_id": "goal-0"})
@@ -208,6 +226,6 @@ def test_official_webshop_files_load(tmp_path):
             break
     assert info["won"] and reward == REWARD_WIN
     with pytest.raises(ConfigError, match="neither"):
-        _env(data_dir=str(tmp_path / ".."))
+        _env(data_dir=str(tmp_path / ".." / ".."))
     with pytest.raises(ConfigError, match="not a folder"):
         _env(data_dir=str(tmp_path / "missing"))
