@@ -64,6 +64,27 @@ TIR_NO_ACTION_FEEDBACK = (
 )
 
 
+def _check_kwargs(**kwargs: Any) -> None:
+    """Types and ranges of the sandbox kwargs, named as the user wrote them (a string from
+    ``--env-kwarg sandbox_network=false`` is not a boolean, ``'5'`` is not a number)."""
+    for name in ("sandbox_network", "end_on_void_turn", "use_math_verify"):
+        value = kwargs[name]
+        if not isinstance(value, bool) and not (value is None and name == "sandbox_network"):
+            allowed = "True, False or None" if name == "sandbox_network" else "True or False"
+            raise ConfigError(f"{name} must be {allowed} (a boolean), got {value!r} "
+                              f"({type(value).__name__}); pass it as JSON (e.g. "
+                              f"--env_kwargs '{{\"{name}\": false}}')")
+    timeout, memory = kwargs["sandbox_timeout"], kwargs["sandbox_memory_mb"]
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < float("inf"):
+        raise ConfigError(f"sandbox_timeout must be a number of seconds > 0, got {timeout!r} "
+                          f"({type(timeout).__name__})")
+    if memory is not None and (isinstance(memory, bool) or not isinstance(memory, int) or memory < 64):
+        raise ConfigError(f"sandbox_memory_mb must be an integer number of MiB >= 64 (or None for "
+                          f"no limit), got {memory!r} ({type(memory).__name__}); e.g. 2048 for 2 GiB")
+    if kwargs["sandbox"] not in ("isolated", "unisolated"):
+        raise ConfigError(f"sandbox must be 'isolated' (default) or 'unisolated', got {kwargs['sandbox']!r}")
+
+
 def _is_answer(action: str) -> bool:
     return action.startswith("\\boxed") and extract_boxed(action) is not None
 
@@ -79,8 +100,12 @@ class TIRMathEnv(AgentEnv):
         sandbox_memory_mb: address-space limit of a cell (``None``: unlimited).
         sandbox_network: cells without network (``False``), with (``True``), or without where
             the machine allows it (``None``, default).
-        sandbox_engine: ``"auto"`` (fork from a warm interpreter where possible), ``"fork"`` or
-            ``"subprocess"``; see :class:`PythonSandbox`.
+        sandbox_engine: with ``sandbox="unisolated"`` only: ``"auto"`` (fork from a warm
+            interpreter where possible), ``"fork"`` or ``"subprocess"``; see :class:`PythonSandbox`.
+        sandbox: ``"isolated"`` (default): every cell in its own namespaces inside a bubblewrap
+            sandbox (``docs/security.md``); construction fails, naming the fix, where this
+            machine cannot isolate. ``"unisolated"``: an explicit opt-out — model code then runs
+            on this machine with resource limits only.
         max_obs_chars: code output shown to the agent is cut here (ARLArena: 512).
         end_on_void_turn: a turn with neither code nor answer ends the episode (ARLArena).
         response_format: ``"tir"`` (paper: code blocks and ``\\boxed{}``) or ``"tags"``
@@ -102,6 +127,7 @@ class TIRMathEnv(AgentEnv):
         sandbox_memory_mb: int | None = 2048,
         sandbox_network: bool | None = None,
         sandbox_engine: str = "auto",
+        sandbox: str = "isolated",
         max_obs_chars: int = 512,
         end_on_void_turn: bool = True,
         response_format: Literal["tir", "tags"] = "tir",
@@ -120,12 +146,16 @@ class TIRMathEnv(AgentEnv):
             if unknown or not families:
                 raise ConfigError(f"unknown problem families {unknown}; choose from {sorted(FAMILIES)}")
         self.families = None if families is None else tuple(families)
+        _check_kwargs(sandbox_timeout=sandbox_timeout, sandbox_memory_mb=sandbox_memory_mb,
+                      sandbox_network=sandbox_network, end_on_void_turn=end_on_void_turn,
+                      use_math_verify=use_math_verify, sandbox=sandbox)
         self.sandbox = PythonSandbox(timeout=sandbox_timeout, memory_mb=sandbox_memory_mb,
-                                     network=sandbox_network, engine=sandbox_engine)
+                                     network=sandbox_network, engine=sandbox_engine,
+                                     isolation=sandbox)
         self.max_obs_chars = max_obs_chars
-        self.end_on_void_turn = bool(end_on_void_turn)
+        self.end_on_void_turn = end_on_void_turn
         self.response_format = response_format
-        self.use_math_verify = bool(use_math_verify)
+        self.use_math_verify = use_math_verify
         self.data_path = None if data_path is None else Path(data_path)
         self._datasets: dict[str, list[MathProblem]] = {}
         if self.data_path is not None and not self.data_path.exists():
@@ -268,6 +298,12 @@ class TIRMathEnv(AgentEnv):
             parts.append(f"{entry.action}\nCode execution result: {result}\n")
         return TIR_MATH.later.format(task_description=self.problem.question,
                                      transcript="\n".join(parts))
+
+    def close(self) -> None:
+        """Stop this env's use of the fork server (the last env of the process stops it: no
+        process, and no file of a cell, survives)."""
+        self.sandbox.close()
+        super().close()
 
     # ------------------------------------------------------------------ extras
     @property

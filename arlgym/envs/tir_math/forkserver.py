@@ -1,96 +1,206 @@
-"""A fork server for code cells: one interpreter imports numpy and sympy once, then forks a
-fresh child per cell (``shared/reference/offline-stack.md`` measured ~3 ms a cell this way
-against ~10 ms for a bare ``python`` start and ~0.4 s once a cell imports sympy).
+"""The fork server: one warm interpreter (numpy and sympy imported once) forks a fresh child per
+code cell (``shared/reference/offline-stack.md`` measured ~3 ms a cell this way against ~10 ms
+for a bare ``python`` start and ~0.4 s once a cell imports sympy).
 
 The server is a single-threaded ``select`` loop (so forking it is safe) that talks JSON lines
-over its stdin/stdout, which it first moves off fds 0/1. A request names a working directory
-that holds ``main.py``; the server forks, and the child starts its own session (so the whole
-group can be killed), enters the directory, points fds 0/1/2 at ``/dev/null`` / ``stdout`` /
-``stderr`` files there, reseeds ``random``/``numpy.random``, sets the resource limits (address
-space counted on top of what the preloaded interpreter already maps) and runs the cell with
-``final_answer`` predefined. The server replies when the child exits or, past the wall-clock
-deadline, after killing its process group — and kills the group after a normal exit as well,
-so nothing a cell started outlives it. Several cells run at once; the client matches replies
-by id. If the server dies, the client says so and the sandbox falls back to one subprocess
-per cell.
+over its stdin/stdout, which it first moves off fds 0/1. It is started by
+:mod:`~arlgym.envs.tir_math.isolation`, which puts it inside the isolation boundary
+(bubblewrap); this module only runs cells. A request carries the code itself (JSON, so any
+``str`` travels, lone surrogates included); the server makes three anonymous in-memory files
+(``memfd``) for the cell's stdout, stderr and a setup report, forks, and the child:
+
+* starts its own session and offers itself first to the OOM killer (``oom_score_adj`` 1000);
+* with ``isolate``: unshares a **new user, mount, PID, network, IPC and UTS namespace** (its
+  uid is 1000 there, mapped to the server's unprivileged uid), forks once more so that the cell
+  runs as pid 1 of its own PID namespace (when it exits or is killed, the kernel kills every
+  process it left, ``setsid`` daemons included), mounts a fresh size-limited tmpfs on ``/tmp``
+  (its working directory) and ``/dev/shm`` and a ``/proc`` that shows only its own processes,
+  then drops every capability (bounding set too) and sets ``no_new_privs``;
+* without ``isolate`` (the explicit ``sandbox="unisolated"`` mode): works in a fresh temporary
+  directory the server removes afterwards;
+* points fds 0/1/2 at ``/dev/null`` and the two memfds and closes every other fd, reseeds
+  ``random``/``numpy.random``, sets the resource limits (address space counted on top of what
+  the warm interpreter already maps; processes; CPU; file size, so output stops at the cap)
+  and runs the cell with ``final_answer`` predefined.
+
+The server replies when the child exits or, past the wall-clock deadline, after killing it — and
+kills the child's process group after a normal exit as well. Output is read from the memfds,
+which only the server and the cell hold: a cell cannot swap them for a FIFO or delete them, and
+no file is left on any disk. Several cells run at once; the client matches replies by id.
 """
 
 from __future__ import annotations
 
-import atexit
 import json
 import subprocess
+import tempfile
 import threading
-from pathlib import Path
 from typing import Any
+
+from arlgym.errors import ArlgymError
 
 __all__ = ["ForkServer", "SERVER_CODE", "ForkServerError"]
 
 
-class ForkServerError(RuntimeError):
-    """The fork server is gone (crashed, killed) or did not answer."""
+class ForkServerError(ArlgymError, RuntimeError):
+    """The fork server is gone (crashed, killed), did not start, or did not answer."""
 
 
 SERVER_CODE = r'''
-import json, os, select, signal, sys, time
+import ctypes, json, os, random, select, shutil, signal, sys, tempfile, time, traceback
 for _name in PRELOAD:
     try:
         __import__(_name)
     except Exception:
         pass
+import gc, resource
+random.seed()
+if "numpy" in sys.modules:
+    sys.modules["numpy"].random.seed()  # the first seeding builds state (~30 ms a cell if left to them)
+gc.collect()
+gc.freeze()  # a collection in a cell must not touch (and so copy) the preloaded heap
 
 proto_in = os.dup(0)
 proto_out = os.fdopen(os.dup(1), "w", buffering=1)
 _null = os.open(os.devnull, os.O_RDWR)
 os.dup2(_null, 0)
 os.dup2(_null, 1)
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong,
+                        ctypes.c_char_p]
+OUTER_UID, OUTER_GID = os.getuid(), os.getgid()
+CELL_UID = 1000
+# CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS
+NS_FLAGS = 0x10000000 | 0x00020000 | 0x20000000 | 0x40000000 | 0x08000000 | 0x04000000
+MS_NOSUID, MS_NODEV, MS_NOEXEC = 2, 4, 8
+PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
-def child(req):
-    os.setsid()
-    os.chdir(req["workdir"])
-    os.environ["HOME"] = os.environ["TMPDIR"] = req["workdir"]
-    out = os.open("stdout", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    err = os.open("stderr", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    os.dup2(_null, 0)
-    os.dup2(out, 1)
-    os.dup2(err, 2)
-    for fd in (out, err, proto_in, proto_out.fileno()):
+def _check(ret, what):
+    if ret != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, what + ": " + os.strerror(err))
+
+
+def _write(path, text):
+    with open(path, "w") as f:
+        f.write(text)
+
+
+def _mount(source, target, fstype, flags, data):
+    _check(_libc.mount(source.encode(), target.encode(), fstype.encode(), flags,
+                       data.encode() if data else None), "mount " + fstype + " on " + target)
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
+                ("inheritable", ctypes.c_uint32)]
+
+
+def _drop_capabilities():
+    for cap in range(64):
+        _libc.prctl(24, cap, 0, 0, 0)  # PR_CAPBSET_DROP (EINVAL past the last one)
+    _libc.prctl(47, 4, 0, 0, 0)  # PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL
+    _check(_libc.capset(ctypes.byref(_CapHeader(0x20080522, 0)), (_CapData * 2)()), "capset")
+    _check(_libc.prctl(38, 1, 0, 0, 0), "PR_SET_NO_NEW_PRIVS")
+
+
+def _enter_namespaces(tmp_mb):
+    """Fresh namespaces for one cell. Returns in a grandchild, pid 1 of the new PID namespace;
+    the caller's process stays outside as the cell's handle (the server waits for and kills it)
+    and exits with the grandchild's status. The grandchild dies with it (PDEATHSIG)."""
+    gate_r, gate_w = os.pipe()
+    _check(_libc.unshare(NS_FLAGS), "unshare")
+    _write("/proc/self/setgroups", "deny")
+    _write("/proc/self/uid_map", "%d %d 1" % (CELL_UID, OUTER_UID))
+    _write("/proc/self/gid_map", "%d %d 1" % (CELL_UID, OUTER_GID))
+    pid = os.fork()
+    if pid:
+        os.close(gate_r)
+        for fd in (1, 2, 3):
+            os.dup2(0, fd)  # fd 0 is /dev/null; this process writes nothing
+        _libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG: die with the server
+        status = os.waitpid(pid, 0)[1]
+        if os.WIFSIGNALED(status):
+            sig = os.WTERMSIG(status)
+            try:
+                signal.signal(sig, signal.SIG_DFL)
+            except (OSError, ValueError):
+                pass
+            os.kill(os.getpid(), sig)
+            os._exit(128 + sig)
+        os._exit(os.WEXITSTATUS(status))
+    os.close(gate_w)
+    _check(_libc.prctl(1, signal.SIGKILL, 0, 0, 0), "PR_SET_PDEATHSIG")
+    if select.select([gate_r], [], [], 0)[0]:  # the outer process died before PDEATHSIG was set
+        os._exit(137)
+    os.close(gate_r)
+    options = "size=%dm,nr_inodes=16384,mode=1777" % tmp_mb
+    _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, options)
+    if os.path.isdir("/dev/shm"):
+        _mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, options)
+    _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
+    _libc.sethostname(b"sandbox", 7)
+    _drop_capabilities()
+
+
+def cell(req, out, err, setup, workdir):
+    try:
+        os.setsid()
         try:
-            os.close(fd)
+            _write("/proc/self/oom_score_adj", "1000")
         except OSError:
             pass
-    sys.stdout = open(1, "w", buffering=1, closefd=False)
-    sys.stderr = open(2, "w", buffering=1, closefd=False)
-    import random
-    random.seed()
-    if "numpy" in sys.modules:
-        sys.modules["numpy"].random.seed()
-    import resource
-    limits = dict(req["limits"])
-    if limits.get("RLIMIT_AS") is not None:
-        with open("/proc/self/statm") as f:
-            mapped = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
-        limits["RLIMIT_AS"] += mapped
-    for key, value in limits.items():
-        if value is not None and hasattr(resource, key):
-            try:
-                resource.setrlimit(getattr(resource, key), (value, value))
-            except (ValueError, OSError):
-                pass
+        limits = dict(req["limits"])
+        if limits.get("RLIMIT_AS") is not None:
+            with open("/proc/self/statm") as f:
+                limits["RLIMIT_AS"] += int(f.read().split()[0]) * PAGE
+        os.dup2(_null, 0)
+        os.dup2(out, 1)
+        os.dup2(err, 2)
+        os.dup2(setup, 3)
+        os.closerange(4, 1 << 20)
+        if req["isolate"]:
+            _enter_namespaces(req["tmp_mb"])
+            workdir = "/tmp"
+        os.chdir(workdir)
+        os.environ["HOME"] = os.environ["TMPDIR"] = workdir
+        sys.stdout = open(1, "w", buffering=1, closefd=False, encoding="utf-8", errors="backslashreplace")
+        sys.stderr = open(2, "w", buffering=1, closefd=False, encoding="utf-8", errors="backslashreplace")
+        random.seed()
+        if "numpy" in sys.modules:
+            sys.modules["numpy"].random.seed()
+        for key, value in limits.items():
+            if value is not None and hasattr(resource, key):
+                try:
+                    resource.setrlimit(getattr(resource, key), (value, value))
+                except (ValueError, OSError):
+                    if req["isolate"]:
+                        raise
+        os.write(3, b"ready")
+        os.close(3)
+    except BaseException:
+        try:
+            os.write(3, ("setup failed: " + traceback.format_exc()).encode("utf-8", "replace"))
+        finally:
+            os._exit(70)
     code = 0
     try:
         namespace = {"__name__": "__main__", "__builtins__": __builtins__}
         exec(compile(FINAL_ANSWER, "<prelude>", "exec"), namespace)
-        with open("main.py", encoding="utf-8") as f:
-            source = f.read()
         sys.argv = ["main.py"]
-        exec(compile(source, "main.py", "exec"), namespace)
+        exec(compile(req["code"], "main.py", "exec"), namespace)
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
     except BaseException:
-        import traceback
-        traceback.print_exc()
+        try:
+            traceback.print_exc()
+        except BaseException:
+            pass
         code = 1
     finally:
         try:
@@ -98,34 +208,58 @@ def child(req):
             sys.stderr.flush()
         except BaseException:
             pass
-        os._exit(code)
+        os._exit(code & 0xFF if isinstance(code, int) else 1)
 
 
-running = {}  # pidfd -> (pid, request id, deadline)
+running = {}  # pidfd -> (pid, request id, deadline, out, err, setup, workdir, max_output)
+
+
+def _read(fd, limit):
+    data = os.pread(fd, limit, 0)
+    os.close(fd)
+    return data.decode("utf-8", "replace")
 
 
 def finish(fd, status, timed_out):
-    pid, rid, _ = running.pop(fd)
-    try:
-        os.killpg(pid, signal.SIGKILL)  # whatever the cell left behind
-    except OSError:
-        pass
+    pid, rid, _, out, err, setup, workdir, limit = running.pop(fd)
+    for target in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
+        try:
+            target()  # the cell (its namespaces die with it) and whatever it left in its group
+        except OSError:
+            pass
     if status is None:
         _, status = os.waitpid(pid, 0)
     os.close(fd)
-    code = None if timed_out else os.waitstatus_to_exitcode(status)
-    proto_out.write(json.dumps({"id": rid, "returncode": code, "timed_out": timed_out}) + "\n")
+    reply = {"id": rid, "returncode": None if timed_out else os.waitstatus_to_exitcode(status),
+             "timed_out": timed_out, "stdout": _read(out, limit), "stderr": _read(err, limit)}
+    report = _read(setup, 1 << 16)
+    if report != "ready" and not timed_out:
+        reply["setup_error"] = report or "the cell died during its set-up"
+    if workdir is not None:
+        shutil.rmtree(workdir, ignore_errors=True)
+    proto_out.write(json.dumps(reply) + "\n")
 
 
+def start(req):
+    fds = [os.memfd_create(name, os.MFD_CLOEXEC) for name in ("stdout", "stderr", "setup")]
+    workdir = None if req["isolate"] else tempfile.mkdtemp(prefix="arlgym-cell-", dir=req.get("scratch"))
+    pid = os.fork()
+    if pid == 0:
+        cell(req, *fds, workdir)
+    running[os.pidfd_open(pid)] = (pid, req["id"], time.monotonic() + req["timeout"], *fds,
+                                   workdir, req["max_output"])
+
+
+proto_out.write(json.dumps({"ready": True, "pid": os.getpid()}) + "\n")
 buffer = b""
 while True:
     now = time.monotonic()
-    wait = min((d for _, _, d in running.values()), default=None)
+    wait = min((v[2] for v in running.values()), default=None)
     r, _, _ = select.select([proto_in, *running], [], [], None if wait is None else max(0.0, wait - now))
     for fd in r:
         if fd == proto_in:
-            chunk = os.read(proto_in, 1 << 16)
-            if not chunk:  # the client is gone
+            chunk = os.read(proto_in, 1 << 20)
+            if not chunk:  # the client is gone: kill every running cell, then exit
                 for fd2 in list(running):
                     finish(fd2, None, True)
                 os._exit(0)
@@ -133,55 +267,91 @@ while True:
             while b"\n" in buffer:
                 line, buffer = buffer.split(b"\n", 1)
                 req = json.loads(line)
-                pid = os.fork()
-                if pid == 0:
-                    child(req)
-                running[os.pidfd_open(pid)] = (pid, req["id"], time.monotonic() + req["timeout"])
+                try:
+                    start(req)
+                except Exception as e:  # e.g. no memfd, no scratch directory: say so, go on
+                    proto_out.write(json.dumps({"id": req["id"], "returncode": None, "timed_out": False,
+                                                "stdout": "", "stderr": "", "setup_error": repr(e)}) + "\n")
         elif fd in running:
-            pid = running[fd][0]
-            _, status = os.waitpid(pid, 0)
+            _, status = os.waitpid(running[fd][0], 0)
             finish(fd, status, False)
     now = time.monotonic()
-    for fd, (_, _, deadline) in list(running.items()):
-        if deadline <= now:
+    for fd, value in list(running.items()):
+        if value[2] <= now:
             finish(fd, None, True)
 '''
 
 
 class ForkServer:
-    """Client of one fork-server process (see the module docstring); thread-safe."""
+    """Client of one fork-server process (see the module docstring); thread-safe.
 
-    def __init__(self, command_prefix: tuple[str, ...], python: str, env: dict[str, str],
-                 final_answer_source: str, preload: tuple[str, ...] = ("numpy", "sympy")) -> None:
+    Args:
+        command: the command line that runs a Python interpreter with the server code appended
+            as its last argument (e.g. ``[..bwrap.., python, "-I", "-c"]``).
+        env: the environment of that command.
+        final_answer_source: the prelude every cell runs first.
+        preload: modules the server imports once.
+        start_timeout: seconds to wait for the server's first line.
+    """
+
+    def __init__(self, command: list[str], env: dict[str, str], final_answer_source: str,
+                 preload: tuple[str, ...] = ("numpy", "sympy"), start_timeout: float = 120.0) -> None:
         code = f"PRELOAD = {list(preload)!r}\nFINAL_ANSWER = {final_answer_source!r}\n" + SERVER_CODE
-        self._proc = subprocess.Popen([*command_prefix, python, "-I", "-c", code],
-                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                      stderr=subprocess.DEVNULL, env=env, start_new_session=True)
+        self._stderr = tempfile.TemporaryFile()  # unlinked: what bwrap says if it cannot start
+        self._proc = subprocess.Popen([*command, code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                      stderr=self._stderr, env=env, start_new_session=True)
+        self.pid = self._proc.pid
         self._write_lock = threading.Lock()
         self._waiting: dict[int, tuple[threading.Event, dict[str, Any]]] = {}
         self._next_id = 0
-        self._reader = threading.Thread(target=self._read_replies, name="arlgym-forkserver",
-                                        daemon=True)
+        self._started = threading.Event()
+        self._closed = False
+        self._reader = threading.Thread(target=self._read_replies, name="arlgym-forkserver", daemon=True)
         self._reader.start()
-        atexit.register(self.close)
+        if not self._started.wait(start_timeout) or not self.alive:
+            if self.alive:
+                self._proc.kill()
+            self._proc.wait()
+            message = self.diagnostics()
+            self.close()
+            raise ForkServerError(f"the sandbox's fork server did not start: {message}")
 
     @property
     def alive(self) -> bool:
         return self._proc.poll() is None
 
+    def diagnostics(self) -> str:
+        """What the server's launcher wrote to stderr (e.g. bwrap's reason for failing)."""
+        try:
+            self._stderr.seek(0)
+            text = self._stderr.read(4096).decode("utf-8", "replace").strip()
+        except (OSError, ValueError):
+            text = ""
+        code = self._proc.poll()
+        return (text or "no message") + ("" if code is None else f" (exit status {code})")
+
     def _read_replies(self) -> None:
         assert self._proc.stdout is not None
-        for line in self._proc.stdout:
-            reply = json.loads(line)
-            waiter = self._waiting.pop(reply["id"], None)
-            if waiter is not None:
-                waiter[1].update(reply)
-                waiter[0].set()
+        try:
+            for line in self._proc.stdout:
+                reply = json.loads(line)
+                if reply.get("ready"):
+                    self._started.set()
+                    continue
+                waiter = self._waiting.pop(reply["id"], None)
+                if waiter is not None:
+                    waiter[1].update(reply)
+                    waiter[0].set()
+        except (ValueError, OSError):
+            pass
+        self._started.set()
         for event, _ in list(self._waiting.values()):  # the server died: wake everyone
             event.set()
 
-    def run(self, workdir: Path, timeout: float, limits: dict[str, int | None]) -> tuple[int | None, bool]:
-        """Run ``workdir/main.py``; returns (exit code or ``None``, timed out)."""
+    def run(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Send one cell (``code``, ``timeout``, ``limits``, ``max_output``, ``isolate``...);
+        returns the server's reply (``returncode``, ``timed_out``, ``stdout``, ``stderr`` and,
+        when the cell could not be set up, ``setup_error``)."""
         event, reply = threading.Event(), {}
         with self._write_lock:
             if not self.alive:
@@ -189,24 +359,36 @@ class ForkServer:
             self._next_id += 1
             rid = self._next_id
             self._waiting[rid] = (event, reply)
-            request = {"id": rid, "workdir": str(workdir), "timeout": timeout, "limits": limits}
+            line = json.dumps({**request, "id": rid}) + "\n"  # ASCII: lone surrogates escaped
             try:
                 assert self._proc.stdin is not None
-                self._proc.stdin.write((json.dumps(request) + "\n").encode())
+                self._proc.stdin.write(line.encode("ascii"))
                 self._proc.stdin.flush()
-            except (BrokenPipeError, OSError) as e:
+            except (BrokenPipeError, OSError, ValueError) as e:
                 self._waiting.pop(rid, None)
                 raise ForkServerError("the fork server has exited") from e
-        if not event.wait(timeout + 30) or "returncode" not in reply:
+        if not event.wait(float(request["timeout"]) + 30) or "returncode" not in reply:
             self._waiting.pop(rid, None)
             raise ForkServerError("the fork server did not answer")
-        return reply["returncode"], bool(reply["timed_out"])
+        return reply
 
     def close(self) -> None:
+        """Stop the server: it kills its running cells and exits (killed if it does not)."""
+        if self._closed:
+            return
+        self._closed = True
         if self._proc.poll() is None:
             try:
                 assert self._proc.stdin is not None
-                self._proc.stdin.close()  # the server kills its running cells and exits
+                self._proc.stdin.close()
                 self._proc.wait(timeout=5)
             except (OSError, subprocess.TimeoutExpired):
                 self._proc.kill()
+                self._proc.wait()
+        for stream in (self._proc.stdin, self._proc.stdout):
+            try:
+                if stream is not None:
+                    stream.close()
+            except OSError:
+                pass
+        self._stderr.close()

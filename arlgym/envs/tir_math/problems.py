@@ -213,11 +213,21 @@ def _answer_of(record: dict[str, Any]) -> str | None:
     return None
 
 
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"math data file {str(path)!r} is not UTF-8 text (byte {e.start}: "
+                          f"{e.reason}); re-encode it as UTF-8") from e
+    except OSError as e:
+        raise ConfigError(f"math data file {str(path)!r} cannot be read: {e.strerror or e}") from e
+
+
 def _read_records(path: Path) -> list[dict[str, Any]]:
     suffix = path.suffix.lower()
     if suffix == ".jsonl":
         records = []
-        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        for n, line in enumerate(_read_text(path).splitlines(), 1):
             if line.strip():
                 try:
                     records.append(json.loads(line))
@@ -225,7 +235,11 @@ def _read_records(path: Path) -> list[dict[str, Any]]:
                     raise ConfigError(f"{path}:{n}: not a JSON line ({e.msg})") from e
         return records
     if suffix == ".json":
-        data = json.loads(path.read_text(encoding="utf-8"))
+        try:
+            data = json.loads(_read_text(path))
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"math data file {str(path)!r} is not valid JSON (line {e.lineno}, "
+                              f"column {e.colno}: {e.msg})") from e
         if isinstance(data, dict):
             data = next((v for v in data.values() if isinstance(v, list)), None)
         if not isinstance(data, list):
@@ -237,7 +251,11 @@ def _read_records(path: Path) -> list[dict[str, Any]]:
         except ImportError as e:
             raise ConfigError("reading .parquet needs pyarrow: pip install pyarrow "
                               "(or convert the file to .jsonl)") from e
-        return pq.read_table(path).to_pylist()
+        try:
+            return pq.read_table(path).to_pylist()
+        except Exception as e:  # pyarrow's ArrowInvalid, OSError, ... for a corrupt file
+            raise ConfigError(f"math data file {str(path)!r} is not a readable parquet file "
+                              f"({type(e).__name__}: {str(e)[:200]})") from e
     raise ConfigError(f"{path}: unsupported file type {suffix!r}; use .jsonl, .json or .parquet")
 
 

