@@ -490,14 +490,11 @@ class SyntheticCatalog:
 def generate_catalog(num_products: int = 1000, seed: int = 0, goals_per_product: int = 2) -> SyntheticCatalog:
     """A synthetic catalog (see :class:`SyntheticCatalog`); the same object for the same
     arguments within a process."""
-    for name, value, low, high in (("num_products", num_products, 5, MAX_PRODUCTS),
-                                   ("catalog_seed", seed, 0, 2**63 - 1),
-                                   ("goals_per_product", goals_per_product, 1, 2)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-            raise ConfigError(f"WebShop {name} must be an integer, got {value!r} ({type(value).__name__})")
-        if not low <= value <= high:
-            raise ConfigError(f"WebShop {name} must be between {low:,} and {high:,}, got {value:,}")
-    return _synthetic(int(num_products), int(seed), int(goals_per_product))
+    from arlgym.core.validation import check_int
+
+    return _synthetic(check_int("num_products", num_products, min=5, max=MAX_PRODUCTS, example=1000),
+                      check_int("catalog_seed", seed, min=0, max=2**63 - 1, example=0),
+                      check_int("goals_per_product", goals_per_product, min=1, max=2, example=2))
 
 
 @lru_cache(maxsize=4)
@@ -621,7 +618,7 @@ def load_official_catalog(products_file: str | Path, instructions_file: str | Pa
     """WebShop's own product and instruction files (see the module docstring)."""
     products_file, instructions_file = Path(products_file), Path(instructions_file)
     if goal_source not in ("synthetic", "human"):
-        raise ConfigError(f"goal_source must be 'synthetic' or 'human', got {goal_source!r}")
+        raise ConfigError(f"goal_source={goal_source!r} is invalid: expected 'synthetic' or 'human'")
     files = [products_file, instructions_file]
     if goal_source == "human":
         if human_file is None:

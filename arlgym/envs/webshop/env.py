@@ -25,10 +25,9 @@ import threading
 from pathlib import Path
 from typing import Any, ClassVar
 
-import numpy as np
-
 from arlgym.core.env import ActResult, AgentEnv, TaskSpec
 from arlgym.core.prompts import WEBSHOP, HistoryEntry, format_admissible, render_prompt
+from arlgym.core.validation import check_choice, check_int, check_path
 from arlgym.envs.webshop.catalog import (
     MAX_PRODUCTS,
     Catalog,
@@ -56,23 +55,16 @@ _CACHE: dict[tuple, Catalog | SyntheticCatalog] = {}
 _CACHE_LOCK = threading.Lock()
 
 
-def _check_int(name: str, value: Any, low: int, high: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise ConfigError(f"WebShop {name} must be an integer, got {value!r} ({type(value).__name__}); "
-                          f"e.g. {name}={low if low > 0 else 0}")
-    if not low <= int(value) <= high:
-        raise ConfigError(f"WebShop {name} must be between {low:,} and {high:,}, got {int(value):,}")
-    return int(value)
-
-
 def load_shop(data_dir: str | Path | None, num_products: int = 1000, catalog_seed: int = 0,
               goal_source: str = "synthetic") -> tuple[Catalog | SyntheticCatalog, ProductIndex]:
     """The catalog and its search index, each built once per process (the index also cached on
     disk, see :func:`~arlgym.envs.webshop.search.shared_index`)."""
-    num_products = _check_int("num_products", num_products, 5, MAX_PRODUCTS)
-    catalog_seed = _check_int("catalog_seed", catalog_seed, 0, 2**63 - 1)
-    if goal_source not in _GOAL_SOURCES:
-        raise ConfigError(f"WebShop goal_source must be one of {list(_GOAL_SOURCES)}, got {goal_source!r}")
+    where = "arl/WebShop-v0"
+    num_products = check_int("num_products", num_products, min=5, max=MAX_PRODUCTS, example=1000, where=where)
+    catalog_seed = check_int("catalog_seed", catalog_seed, min=0, max=2**63 - 1, example=0, where=where)
+    goal_source = check_choice("goal_source", goal_source, _GOAL_SOURCES, where=where)
+    data_dir = check_path("data_dir", data_dir, kind="dir", allow_none=True, where=where,
+                          fix="give the folder holding WebShop's items_shuffle_1000.json and items_ins_v2_1000.json")
     if data_dir is None and goal_source == "human":
         raise ConfigError("goal_source='human' needs data_dir= a folder with WebShop's "
                           "items_human_ins.json (the synthetic catalog has synthetic goals only)")
@@ -83,8 +75,6 @@ def load_shop(data_dir: str | Path | None, num_products: int = 1000, catalog_see
                 catalog: Catalog | SyntheticCatalog = generate_catalog(num_products, catalog_seed)
             else:
                 folder = Path(data_dir)
-                if not folder.is_dir():
-                    raise ConfigError(f"WebShop data_dir {str(data_dir)!r} is not a folder")
                 found = [(folder / a, folder / b) for a, b in _OFFICIAL_FILES
                          if (folder / a).is_file() and (folder / b).is_file()]
                 if not found:

@@ -211,16 +211,22 @@ def test_human_goals_from_items_human_ins(tmp_path):
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [
-    ({"num_products": "100"}, "num_products must be an integer, got '100'"),
-    ({"num_products": 3}, "num_products must be between 5"),
-    ({"num_products": 10**9}, "num_products must be between 5 and 2,000,000"),
-    ({"num_products": 1.5}, "num_products must be an integer"),
-    ({"catalog_seed": "x"}, "catalog_seed must be an integer"),
-    ({"catalog_seed": -1}, "catalog_seed must be between 0"),
-    ({"goal_source": "crowd"}, "goal_source must be one of"),
+    ({"num_products": "many"}, "num_products='many' is invalid: expected an int >= 5 and <= 2000000"),
+    ({"num_products": 3}, "num_products=3 is invalid"),
+    ({"num_products": 10**9}, "num_products=1000000000 is invalid"),
+    ({"num_products": 1.5}, "num_products=1.5 is invalid"),
+    ({"catalog_seed": "x"}, "catalog_seed='x' is invalid"),
+    ({"catalog_seed": -1}, "catalog_seed=-1 is invalid"),
+    ({"goal_source": "crowd"}, "goal_source='crowd' is invalid: expected one of 'synthetic', 'human'"),
     ({"goal_source": "human"}, "goal_source='human' needs data_dir"),
-    ({"data_dir": "/nonexistent/webshop"}, "data_dir '/nonexistent/webshop' is not a folder"),
+    ({"data_dir": "/nonexistent/webshop"}, "data_dir='/nonexistent/webshop' is invalid"),
+    ({"data_dir": 5}, "data_dir=5 is invalid"),
 ])
 def test_bad_parameters_raise_config_errors_naming_them(kwargs, message):
-    with pytest.raises(ConfigError, match=re.escape(message)):
+    with pytest.raises(ConfigError, match=re.escape(message)) as err:
         gym.make("arl/WebShop-v0", **kwargs)
+    assert "arl/WebShop-v0" in str(err.value) or "goal_source='human'" in str(err.value)
+
+
+def test_numeric_strings_are_accepted_as_the_validation_layer_converts_them():
+    assert len(gym.make("arl/WebShop-v0", num_products="200", catalog_seed="1").unwrapped.catalog.products) == 200
