@@ -227,5 +227,5 @@ def test_official_webshop_files_load(tmp_path):
     assert info["won"] and reward == REWARD_WIN
     with pytest.raises(ConfigError, match="neither"):
         _env(data_dir=str(tmp_path / ".." / ".."))
-    with pytest.raises(ConfigError, match="not a folder"):
+    with pytest.raises(ConfigError, match="data_dir=.*missing.* is invalid: expected an existing folder"):
         _env(data_dir=str(tmp_path / "missing"))
