@@ -145,16 +145,22 @@ def _jsonable(value: Any) -> Any:
 
 
 def _cmd_quickstart(args: argparse.Namespace) -> int:
-    from arlgym.quickstart import QuickstartConfig, run_quickstart
+    from arlgym.quickstart import CutShort, QuickstartConfig, run_quickstart
 
     cfg = QuickstartConfig.fast() if args.fast else QuickstartConfig()
     if args.out:
         cfg.out = args.out
-    for name in ("episodes", "sft_minutes", "eval_episodes", "rl_steps", "threads", "sft_threads", "seed"):
+    for name in ("episodes", "sft_steps", "sft_minutes", "eval_episodes", "rl_steps", "threads",
+                 "sft_threads", "seed"):
         value = getattr(args, name)
         if value is not None:
             setattr(cfg, name, value)
-    run_quickstart(cfg)
+    cfg.allow_short = bool(args.allow_short)
+    try:
+        run_quickstart(cfg)
+    except CutShort as e:
+        print(f"arlgym quickstart: cut short: {e}", file=sys.stderr)
+        return 3
     return 0
 
 
@@ -209,19 +215,27 @@ def build_parser() -> argparse.ArgumentParser:
                                    "random / SFT / SFT+SAMPO table and saves curves.png.")
     p.add_argument("--fast", action="store_true", help="tiny settings (CI smoke run, ~2 min)")
     p.add_argument("--out", default=None, help="output folder (default: runs/quickstart)")
-    p.add_argument("--episodes", type=int, default=None, help="expert episodes (default: 3000)")
-    p.add_argument("--sft-minutes", type=float, default=None, help="SFT time budget in minutes (default: 7)")
-    p.add_argument("--eval-episodes", type=int, default=None, help="held-out rooms (default: 100)")
-    p.add_argument("--rl-steps", type=int, default=None, help="SAMPO steps (default: 6)")
+    p.add_argument("--episodes", type=int, default=None, help="expert episodes (default: 2000)")
+    p.add_argument("--sft-steps", type=int, default=None,
+                   help="SFT optimizer steps (default: 300, a deliberately weak start so that RL "
+                        "has headroom)")
+    p.add_argument("--sft-minutes", type=float, default=None,
+                   help="optional guard: stop SFT after this many minutes; the run is then marked "
+                        "cut short and exits 3 unless --allow-short (default: none)")
+    p.add_argument("--eval-episodes", type=int, default=None,
+                   help="held-out rooms, the same before and after RL (default: 200)")
+    p.add_argument("--rl-steps", type=int, default=None, help="SAMPO steps (default: 12)")
     p.add_argument("--threads", type=int, default=None,
-                   help="torch CPU threads (default: 1; the tiny model's matrices gain little "
-                        "from more, and on a busy machine extra threads stall each other; "
-                        "0 keeps torch's default)")
+                   help="torch CPU threads of RL and eval (default: 1; the tiny model's matrices "
+                        "gain little from more, and on a busy machine extra threads stall each "
+                        "other; 0 keeps torch's default)")
     p.add_argument("--sft-threads", type=int, default=None,
-                   help="torch CPU threads of the SFT phase (default: 2; its batches are large "
-                        "enough to split)")
+                   help="torch CPU threads of SFT (default: -1 = auto: 2 when the machine is idle "
+                        "at the start, else 1)")
     p.add_argument("--seed", type=int, default=None,
                    help="seeds the expert rooms, the model init, batch order and the RL run (default: 0)")
+    p.add_argument("--allow-short", action="store_true",
+                   help="exit 0 even if a phase was cut short (the table still says so)")
     p.set_defaults(func=_cmd_quickstart)
 
     for module in ("arlgym.arena.cli", "arlgym.envs.alfworld.cli", "arlgym.envs.webshop.cli"):

@@ -1,69 +1,120 @@
 """``arlgym quickstart``: the whole pipeline on Sokoban with the tiny model, offline, on CPU.
 
-expert demonstrations → behaviour cloning (SFT) → eval → a short SAMPO run from the SFT
-checkpoint → eval again; prints a random / SFT / SFT+SAMPO table and saves a PNG of the curves.
-A few minutes of RL on 2 cores will not visibly beat SFT (see README): the quickstart shows the
-pieces working together and RL running stably (format validity kept).
+expert demonstrations → a short behaviour cloning (SFT) → eval → SAMPO from the SFT checkpoint
+→ eval again on the same held-out rooms; prints a random / SFT / SFT+SAMPO table with the RL
+effect as a paired difference (same rooms before and after) and its standard error, and saves
+the curves.
+
+Every phase runs a fixed number of steps (with a progress bar and ETA), never a time budget, so
+a busy machine gives the same numbers later. Threads are chosen from the machine's load at the
+start: two SFT threads only when nothing else is running (measured: two threads next to another
+busy process run ~10x slower than one). If a phase is cut short anyway (``--sft-minutes`` as an
+explicit guard, Ctrl-C), the table says so and the command exits with status 3 unless
+``--allow-short`` was given.
 """
 
 from __future__ import annotations
 
 import json
+import math
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["QuickstartConfig", "rl_phase_summary", "run_quickstart"]
+__all__ = ["QuickstartConfig", "rl_phase_summary", "run_quickstart", "paired_difference",
+           "choose_threads", "CutShort"]
+
+
+class CutShort(RuntimeError):
+    """A phase ran fewer steps than planned (the result is printed, then the exit is 3)."""
 
 
 @dataclass
 class QuickstartConfig:
     out: str = "runs/quickstart"
-    #: expert demonstrations. Measured (200 held-out rooms, seed 0, 2 threads): 2,000 rooms ×
-    #: 3 epochs (615 steps) 60.5%, 2,000 × 4 (820 steps) 83.5%, 3,000 × 3 (927 steps) 93.0%
-    episodes: int = 3000
-    #: SFT time budget: 3 epochs of 3,000 rooms take ~6.6 min with 2 threads on 2 idle cores,
-    #: so they fit (and the cosine schedule is then the same on every run, see budget_horizon)
-    sft_minutes: float = 7.0
+    #: expert demonstrations
+    episodes: int = 2000
+    #: SFT optimizer steps, deliberately short: a weak start where RL has headroom (measured:
+    #: 250 steps ~40-60% greedy, 927 steps ~92%, bench/bench_sft.py)
+    sft_steps: int = 300
+    #: optional guard (minutes): stop SFT when it is spent — the run is then marked cut short
+    sft_minutes: float | None = None
     sft_lr: float = 1e-3
     sft_batch_size: int = 32
-    eval_episodes: int = 100
-    rl_steps: int = 6
-    rl_tasks: int = 6
+    #: held-out test rooms; the RL effect is a paired difference on them
+    eval_episodes: int = 200
+    rl_steps: int = 12
+    rl_tasks: int = 8
     rl_group_size: int = 4
-    rl_lr: float = 3e-5
+    rl_lr: float = 1e-4
+    #: turn samples per optimizer update (several updates per rollout batch)
+    rl_mini_batch_size: int = 64
     #: rollout temperature of the RL phase (log-probs are computed at the same temperature, so
     #: the policy being optimised is exactly the one sampled). Not Table 6's 1.0: at T=1 the
     #: 0.8M-parameter SFT policy puts ~0.25% of each token's mass on stray tokens and 4.3% of its
-    #: responses come out malformed (measured on 200 rooms); at 0.8 it is 0.65%, and sampled
-    #: success is 66% (T=1: 61%, greedy: 74%), so it still explores.
+    #: responses come out malformed (measured on 200 rooms); at 0.8 it is 0.65%.
     rl_temperature: float = 0.8
     seed: int = 0
-    #: torch CPU threads (0: torch's default). One thread: the tiny model's matrices are too
-    #: small to split, and with a second busy process on the cores, every OpenMP barrier waits
-    #: for a descheduled thread (measured: one generate 1.4 s with 1 thread, 13-27 s with 2).
+    #: torch CPU threads of RL and eval (0: torch's default; -1: auto = 1). One thread: the
+    #: tiny model's matrices are too small to split, and with a busy neighbour every OpenMP
+    #: barrier waits for a descheduled thread (measured: one generate 1.4 s with 1 thread,
+    #: 13-27 s with 2)
     threads: int = 1
-    #: torch threads of the SFT phase: its batches (32 samples × ~140 tokens) are large enough
-    #: to split, and nothing else runs meanwhile (measured 1.4× faster than 1 thread)
-    sft_threads: int = 2
+    #: torch threads of SFT; -1 (auto): 2 when the machine is idle at the start, else 1
+    sft_threads: int = -1
+    #: accept a cut-short run (exit 0)
+    allow_short: bool = False
 
     @classmethod
     def fast(cls, out: str = "runs/quickstart-fast") -> QuickstartConfig:
         """Tiny settings for CI: every stage runs, numbers mean nothing."""
-        return cls(out=out, episodes=64, sft_minutes=0.5, eval_episodes=8, rl_steps=2,
-                   rl_tasks=2, rl_group_size=2)
+        return cls(out=out, episodes=64, sft_steps=20, eval_episodes=8, rl_steps=2,
+                   rl_tasks=2, rl_group_size=2, rl_mini_batch_size=0)
 
 
-def _eval(policy_spec_or_obj: Any, episodes: int, out: Path) -> dict[str, Any]:
+def choose_threads(requested: int, cores: int | None = None, load: float | None = None) -> int:
+    """Threads for a phase: ``requested`` if >= 0 (0 = torch's default), else auto: all cores
+    (at most 2: the tiny model's batches split no further) when the 1-minute load average
+    leaves them free, one thread otherwise."""
+    if requested >= 0:
+        return requested
+    cores = cores or os.cpu_count() or 1
+    if load is None:
+        try:
+            load = os.getloadavg()[0]
+        except OSError:
+            load = 0.0
+    free = cores - load
+    return min(2, cores) if free >= min(2, cores) - 0.5 else 1
+
+
+def paired_difference(before: list[bool], after: list[bool]) -> dict[str, float]:
+    """after − before on the same rooms: the mean difference, its standard error from the
+    per-room differences (a paired test: rooms both policies win or both lose add no noise)
+    and z = mean / SE."""
+    n = len(before)
+    if n != len(after) or n < 2:
+        raise ValueError("paired_difference needs two equally long outcome lists (n >= 2)")
+    d = [float(a) - float(b) for a, b in zip(after, before, strict=True)]
+    mean = sum(d) / n
+    var = sum((x - mean) ** 2 for x in d) / (n - 1)
+    se = math.sqrt(var / n)
+    return {"difference": mean, "se": se, "z": mean / se if se > 0 else float("nan"),
+            "rooms": n, "gained": sum(x > 0 for x in d), "lost": sum(x < 0 for x in d)}
+
+
+def _eval(policy_spec_or_obj: Any, episodes: int, out: Path) -> tuple[dict[str, Any], list[bool]]:
+    """Greedy eval on the first ``episodes`` test rooms: (overall summary, won per room)."""
     from arlgym.evaluation.runner import evaluate
     from arlgym.policies import SamplingParams, make_policy
 
     policy = make_policy(policy_spec_or_obj) if isinstance(policy_spec_or_obj, str) else policy_spec_or_obj
-    summary, _ = evaluate("arl/Sokoban-v0", policy, episodes=episodes, split="test", out=out,
-                          batch_size=64, sampling=SamplingParams(temperature=0.0, max_new_tokens=24),
-                          progress=True)
-    return summary["overall"]
+    summary, trajs = evaluate("arl/Sokoban-v0", policy, episodes=episodes, split="test", out=out,
+                              batch_size=64, sampling=SamplingParams(temperature=0.0, max_new_tokens=24),
+                              progress=True)
+    return summary["overall"], [t.won for t in trajs]
 
 
 def _plot(sft_log: list[dict], rl_log: list[dict], path: Path) -> None:
@@ -99,6 +150,12 @@ def rl_phase_summary(rl_log: list[dict], temperature: float) -> dict[str, Any]:
 
 
 def run_quickstart(cfg: QuickstartConfig) -> dict[str, Any]:
+    """Run every phase; returns (and writes to ``quickstart.json``) the table's numbers.
+
+    Raises:
+        CutShort: a phase ran fewer steps than planned and ``allow_short`` is off — after the
+            table (marked) and the JSON were written.
+    """
     import torch
 
     from arlgym.rl.cli import parse_train_config
@@ -106,37 +163,46 @@ def run_quickstart(cfg: QuickstartConfig) -> dict[str, Any]:
     from arlgym.sft.collect import CollectConfig, collect_sft
     from arlgym.sft.train import SFTRunConfig, train_sft
 
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
+    threads = choose_threads(cfg.threads)
+    sft_threads = choose_threads(cfg.sft_threads)
+    if threads:
+        torch.set_num_threads(threads)
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     timings: dict[str, float] = {}
+    short: list[str] = []
 
     print(f"[1/5] collecting {cfg.episodes} expert episodes")
     data = out / "sft_data"
     collect_sft(CollectConfig(episodes=cfg.episodes, seed=cfg.seed, batch_tasks=64), data)
     timings["collect_s"] = time.perf_counter() - t0
 
-    print(f"[2/5] behaviour cloning the tiny model ({cfg.sft_minutes} min budget)")
+    print(f"[2/5] behaviour cloning the tiny model: {cfg.sft_steps} steps, {sft_threads} "
+          f"thread(s){'' if cfg.sft_minutes is None else f', guard {cfg.sft_minutes} min'}")
     sft_dir = out / "sft"
     t = time.perf_counter()
-    threads_before = torch.get_num_threads()
-    if cfg.sft_threads:
-        torch.set_num_threads(cfg.sft_threads)
-    sft_stats = train_sft(SFTRunConfig(data=(str(data),), model="tiny", output_dir=str(sft_dir), engine="prefix",
-                                       epochs=3, lr=cfg.sft_lr, batch_size=cfg.sft_batch_size,
-                                       time_budget_minutes=cfg.sft_minutes, seed=cfg.seed,
-                                       logging_steps=10))
+    if sft_threads:
+        torch.set_num_threads(sft_threads)
+    sft_stats = train_sft(SFTRunConfig(data=(str(data),), model="tiny", output_dir=str(sft_dir),
+                                       engine="prefix", max_steps=cfg.sft_steps, lr=cfg.sft_lr,
+                                       batch_size=cfg.sft_batch_size, seed=cfg.seed,
+                                       time_budget_minutes=cfg.sft_minutes, logging_steps=10))
     timings["sft_s"] = time.perf_counter() - t
-    torch.set_num_threads(threads_before)
+    if threads:
+        torch.set_num_threads(threads)
+    if sft_stats["steps"] < sft_stats.get("planned_steps", cfg.sft_steps):
+        short.append(f"SFT ran {sft_stats['steps']} of {sft_stats['planned_steps']} steps "
+                     f"(--sft-minutes {cfg.sft_minutes})")
 
     print(f"[3/5] evaluating random and SFT policies on {cfg.eval_episodes} held-out rooms")
     t = time.perf_counter()
     from arlgym.policies import make_policy
 
-    rows = {"random": _eval(make_policy("random", seed=cfg.seed), cfg.eval_episodes, out / "eval_random.jsonl"),
-            "SFT": _eval(f"hf:{sft_dir}", cfg.eval_episodes, out / "eval_sft.jsonl")}
+    rows, wins = {}, {}
+    rows["random"], wins["random"] = _eval(make_policy("random", seed=cfg.seed), cfg.eval_episodes,
+                                           out / "eval_random.jsonl")
+    rows["SFT"], wins["SFT"] = _eval(f"hf:{sft_dir}", cfg.eval_episodes, out / "eval_sft.jsonl")
     timings["eval_s"] = time.perf_counter() - t
 
     print(f"[4/5] SAMPO for {cfg.rl_steps} steps from the SFT checkpoint")
@@ -146,29 +212,50 @@ def run_quickstart(cfg: QuickstartConfig) -> dict[str, Any]:
         "--algo", "sampo", "--model", str(sft_dir), "--output_dir", str(rl_dir),
         "--max_steps", str(cfg.rl_steps), "--num_tasks", str(cfg.rl_tasks),
         "--group_size", str(cfg.rl_group_size), "--lr", str(cfg.rl_lr),
-        "--max_new_tokens", "24", "--temperature", str(cfg.rl_temperature), "--log_with", "none", "--seed", str(cfg.seed),
-        "--cold_start_steps", str(cfg.rl_steps), "--torch_threads", str(cfg.threads)])  # too few steps for filtering to pay off
+        "--mini_batch_size", str(cfg.rl_mini_batch_size),
+        "--max_new_tokens", "24", "--temperature", str(cfg.rl_temperature), "--log_with", "none",
+        "--seed", str(cfg.seed), "--cold_start_steps", str(max(1, cfg.rl_steps // 6)),
+        "--torch_threads", str(threads)])
     rl_log = Trainer(rl_cfg).train()
     timings["rl_s"] = time.perf_counter() - t
+    if len(rl_log) < cfg.rl_steps:
+        short.append(f"SAMPO ran {len(rl_log)} of {cfg.rl_steps} steps")
 
-    print("[5/5] evaluating SFT+SAMPO")
+    print("[5/5] evaluating SFT+SAMPO on the same rooms")
     t = time.perf_counter()
-    rows["SFT+SAMPO"] = _eval(f"hf:{rl_dir / 'final'}", cfg.eval_episodes, out / "eval_rl.jsonl")
+    rows["SFT+SAMPO"], wins["SFT+SAMPO"] = _eval(f"hf:{rl_dir / 'final'}", cfg.eval_episodes,
+                                                 out / "eval_rl.jsonl")
     timings["eval_s"] += time.perf_counter() - t
     timings["total_s"] = time.perf_counter() - t0
 
     _plot(sft_stats["log"], rl_log, out / "curves.png")
     rl_phase = rl_phase_summary(rl_log, cfg.rl_temperature)
+    effect = paired_difference(wins["SFT"], wins["SFT+SAMPO"]) if cfg.eval_episodes >= 2 else None
     lines = [f"{'policy':10s} {'success':>8s} {'± se':>6s} {'format ok':>9s} {'steps':>6s}"]
     for name, r in rows.items():
         lines.append(f"{name:10s} {r['success_rate']:8.1%} {r['success_se']:6.1%} "
                      f"{r['format_valid_ratio']:9.1%} {r['mean_steps']:6.2f}")
     table = "\n".join(lines)
     print(f"\nSokoban 6x6/1 box, {cfg.eval_episodes} held-out rooms, greedy:\n{table}")
+    if effect is not None:
+        verdict = ("no room changed" if math.isnan(effect["z"]) else
+                   "an RL effect above 2 standard errors" if effect["z"] > 2 else
+                   "not above 2 standard errors")
+        print(f"RL effect (same rooms): {effect['difference']:+.1%} ± {effect['se']:.1%} paired SE, "
+              f"z = {effect['z']:+.1f} ({effect['gained']} rooms gained, {effect['lost']} lost): {verdict}")
     print(f"RL phase (T={cfg.rl_temperature}): {rl_phase['responses']} responses, "
           f"{rl_phase['invalid_ratio']:.1%} malformed; rollout success "
           f"{rl_phase['first_success']:.0%} -> {rl_phase['last_success']:.0%}")
-    print(f"total {timings['total_s'] / 60:.1f} min; curves: {out / 'curves.png'}")
-    result = {"rows": rows, "timings": timings, "rl_phase": rl_phase, "sft": {k: v for k, v in sft_stats.items() if k != "log"}}
+    for line in short:
+        print(f"!! CUT SHORT: {line} — these numbers are not the quickstart's")
+    print(f"total {timings['total_s'] / 60:.1f} min (SFT {timings['sft_s'] / 60:.1f}, RL "
+          f"{timings['rl_s'] / 60:.1f}; {sft_threads} SFT / {threads} RL thread(s)); "
+          f"curves: {out / 'curves.png'}")
+    result = {"rows": rows, "rl_effect": effect, "timings": timings, "rl_phase": rl_phase,
+              "cut_short": short, "threads": {"sft": sft_threads, "rl": threads},
+              "sft": {k: v for k, v in sft_stats.items() if k != "log"}}
     (out / "quickstart.json").write_text(json.dumps(result, indent=2))
+    if short and not cfg.allow_short:
+        raise CutShort("; ".join(short) + " (rerun without the guard, or pass --allow-short "
+                       "to accept a shortened run)")
     return result

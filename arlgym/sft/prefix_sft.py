@@ -216,7 +216,7 @@ def train_prefix_sft(cfg: Any, samples: list[dict[str, Any]]) -> dict[str, Any]:
     tokenizer.save_pretrained(out)
     stats = {"engine": "prefix", "model": cfg.model, "samples": len(data), "shared_prefix_tokens": L,
              "mean_tokens_per_sample": sum(len(d.prompt_ids) + len(d.response_ids) for d in data) / len(data),
-             "steps": step, "train_loss": log[-1]["loss"] if log else float("nan"),
+             "steps": step, "planned_steps": total, "train_loss": log[-1]["loss"] if log else float("nan"),
              "seconds": elapsed, "epochs_done": step / steps_per_epoch, "log": log}
     (out / "sft_stats.json").write_text(json.dumps(stats, indent=2))
     return stats

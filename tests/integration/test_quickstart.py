@@ -31,3 +31,38 @@ def test_rl_phase_summary_weights_steps_by_their_turns():
     # malformed: 100 * 0.01 + 300 * 0.03 = 10 of 400 responses = 2.5% (an unweighted mean says 2%)
     assert s["responses"] == 400 and abs(s["invalid_ratio"] - 0.025) < 1e-12
     assert (s["first_success"], s["last_success"], s["steps"]) == (0.5, 0.75, 2)
+
+
+def test_paired_difference_by_hand():
+    from arlgym.quickstart import paired_difference
+
+    before = [True] * 50 + [False] * 50
+    after = [True] * 50 + [True] * 10 + [False] * 40  # 10 rooms gained, none lost
+    d = paired_difference(before, after)
+    # differences: ten 1s and ninety 0s -> mean 0.1, sd sqrt(0.1*0.9*100/99), se = sd / 10
+    assert abs(d["difference"] - 0.1) < 1e-12
+    assert abs(d["se"] - (0.09 * 100 / 99) ** 0.5 / 10) < 1e-12
+    assert d["gained"] == 10 and d["lost"] == 0 and d["z"] > 3
+    with pytest.raises(ValueError):
+        paired_difference([True], [True])
+
+
+def test_choose_threads():
+    from arlgym.quickstart import choose_threads
+
+    assert choose_threads(3) == 3 and choose_threads(0) == 0  # explicit wins
+    assert choose_threads(-1, cores=2, load=0.1) == 2          # idle machine: both cores
+    assert choose_threads(-1, cores=2, load=1.2) == 1          # a busy neighbour: one thread
+    assert choose_threads(-1, cores=8, load=3.0) == 2          # the tiny model splits no further
+    assert choose_threads(-1, cores=1, load=0.0) == 1
+
+
+@pytest.mark.slow
+def test_quickstart_cut_short_is_loud(tmp_path):
+    out = tmp_path / "qs"
+    proc = subprocess.run([sys.executable, "-m", "arlgym.cli", "quickstart", "--fast", "--out", str(out),
+                           "--sft-minutes", "0.0001"], capture_output=True, text=True, timeout=1200)
+    assert proc.returncode == 3, proc.stderr[-3000:]
+    assert "!! CUT SHORT: SFT ran 1 of 20 steps" in proc.stdout
+    assert "cut short" in proc.stderr and "--allow-short" in proc.stderr
+    assert json.loads((out / "quickstart.json").read_text())["cut_short"]
