@@ -24,9 +24,21 @@ from typing import Any
 from arlgym.errors import ConfigError, PolicyRequestError
 from arlgym.policies.base import Completion, SamplingParams
 
-__all__ = ["OpenAIPolicy"]
+__all__ = ["OpenAIPolicy", "png_base64"]
 
 _RETRYABLE_STATUS = {408, 409, 429, 500, 502, 503, 504}
+
+
+def png_base64(image: Any) -> str:
+    """A uint8 H×W×3 array (or PIL image) as base64 PNG bytes."""
+    import numpy as np
+    from PIL import Image
+
+    if not isinstance(image, Image.Image):
+        image = Image.fromarray(np.asarray(image, dtype=np.uint8))
+    buf = io.BytesIO()
+    image.save(buf, format="PNG")
+    return base64.b64encode(buf.getvalue()).decode()
 
 
 class OpenAIPolicy:
@@ -69,14 +81,14 @@ class OpenAIPolicy:
         messages: list[dict[str, Any]] = []
         if self.system_prompt:
             messages.append({"role": "system", "content": self.system_prompt})
-        if isinstance(prompt, dict) and "image" in prompt:
-            from PIL import Image
+        if isinstance(prompt, dict) and prompt.get("image") is not None:
+            # the image goes where the text says <image> (first when it does not), as a PNG
+            # data URL (the OpenAI / vLLM-serve multimodal chat format)
+            from arlgym.policies.hf import vision_messages
 
-            buf = io.BytesIO()
-            Image.fromarray(prompt["image"]).save(buf, format="PNG")
-            data = base64.b64encode(buf.getvalue()).decode()
-            content = [{"type": "text", "text": str(prompt.get("text", ""))},
-                       {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{data}"}}]
+            url = f"data:image/png;base64,{png_base64(prompt['image'])}"
+            content = [{"type": "image_url", "image_url": {"url": url}} if part["type"] == "image"
+                       else part for part in vision_messages(prompt)[0]["content"]]
             messages.append({"role": "user", "content": content})
         else:
             text = prompt.get("text", "") if isinstance(prompt, dict) else str(prompt)

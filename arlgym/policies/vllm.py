@@ -10,6 +10,12 @@ does), i.e. log-probs after temperature scaling — and, when enabled, top-k/top
 the HF policy's ``log_softmax(raw_logits / T)`` whenever ``top_k = 0`` and ``top_p = 1``.
 Override with ``VLLMPolicy(path, logprobs_mode=...)``.
 
+Vision-language models: a vision prompt ``{"text", "image"}`` is encoded by the model's HF
+processor exactly as :class:`~arlgym.policies.hf.HFPolicy` does (chat template, image tokens
+expanded) and sent as ``{"prompt_token_ids": ids, "multi_modal_data": {"image": PIL image}}``;
+vLLM runs the same processor's image transform on the image, and the :class:`Completion` carries
+our processor's image tensors (``image_inputs``) for the trainer's log-prob recomputation.
+
 Weight sync: :meth:`VLLMPolicy.load_weights` / :meth:`VLLMPolicy.sync_weights` push a training
 model's tensors into the engine in place (colocated training). vLLM's internals move between
 releases, so three routes are tried in order:
@@ -34,7 +40,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from arlgym.errors import MissingDependency
-from arlgym.policies.base import Completion, SamplingParams, prompt_text
+from arlgym.policies.base import Completion, SamplingParams, prompt_image, prompt_text
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -93,6 +99,10 @@ class VLLMPolicy:
         )
         self.tokenizer = self.llm.get_tokenizer()
         self._vllm = vllm
+        from arlgym.models import load_processor
+
+        #: the HF processor of a vision-language model (None: text model)
+        self.processor = load_processor(path)
 
     # ---------------------------------------------------------------------------------------
     def generate(
@@ -107,12 +117,28 @@ class VLLMPolicy:
         from arlgym.policies.hf import chat_prompt_ids
 
         sampling = sampling or SamplingParams()
-        prompt_ids = [chat_prompt_ids(self.tokenizer, prompt_text(p)) for p in prompts]
+        prompt_ids: list[list[int]] = []
+        images: list[dict[str, Any] | None] = []
+        inputs: list[dict[str, Any]] = []
+        for p in prompts:
+            if self.processor is not None and prompt_image(p) is not None:
+                import numpy as np
+                from PIL import Image
+
+                from arlgym.policies.hf import vision_prompt_inputs
+
+                ids, image_inputs = vision_prompt_inputs(self.processor, p)
+                image = Image.fromarray(np.asarray(prompt_image(p), dtype=np.uint8))
+                inputs.append({"prompt_token_ids": ids, "multi_modal_data": {"image": image}})
+            else:
+                ids, image_inputs = chat_prompt_ids(self.tokenizer, prompt_text(p)), None
+                inputs.append({"prompt_token_ids": ids})
+            prompt_ids.append(ids)
+            images.append(image_inputs)
         params = [self._sampling_params(sampling, i) for i in range(len(prompt_ids))]
-        inputs = [{"prompt_token_ids": ids} for ids in prompt_ids]
         outputs = self.llm.generate(inputs, params, use_tqdm=False)
         completions = []
-        for ids, request in zip(prompt_ids, outputs, strict=True):
+        for ids, image_inputs, request in zip(prompt_ids, images, outputs, strict=True):
             sample = request.outputs[0]
             tokens = list(sample.token_ids)
             logprobs = None if sample.logprobs is None else [
@@ -126,6 +152,7 @@ class VLLMPolicy:
                     logprobs=logprobs,
                     finish_reason=sample.finish_reason,
                     meta={"policy": self.name},
+                    image_inputs=image_inputs,
                 )
             )
         return completions
