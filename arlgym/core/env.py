@@ -39,7 +39,14 @@ from arlgym.core.anchors import anchor_hash
 from arlgym.core.parsing import ParsedResponse, parse_response
 from arlgym.core.prompts import HistoryEntry
 from arlgym.core.spaces import AnyText
-from arlgym.core.validation import check_bool, check_choice, check_float, check_int, check_str
+from arlgym.core.validation import (
+    check_bool,
+    check_choice,
+    check_float,
+    check_int,
+    check_str,
+    raise_unknown_kwargs,
+)
 from arlgym.errors import ConfigError, ResetNeeded
 
 __all__ = ["AgentEnv", "ActResult", "TaskSpec", "INFO_KEYS", "NO_ACTION_FEEDBACK"]
@@ -148,8 +155,11 @@ class AgentEnv(gym.Env[Any, str]):
         strict_format: bool = True,
         think_prefilled: bool = False,
         render_mode: str | None = None,
+        **unknown: Any,
     ) -> None:
         where = type(self).__name__
+        if unknown:  # a typo'd keyword: name it and the accepted ones (not a bare TypeError)
+            raise_unknown_kwargs(type(self), unknown, where=where)
         max_steps = self.default_max_steps if max_steps is None else max_steps
         max_steps = check_int("max_steps", max_steps, min=1, where=where,
                               example=self.default_max_steps)

@@ -42,8 +42,10 @@ from arlgym.errors import ConfigError
 __all__ = [
     "bad_value",
     "check_bool",
+    "accepted_kwargs",
     "check_env_kwargs",
     "make_checked_env",
+    "raise_unknown_kwargs",
     "check_choice",
     "check_float",
     "check_int",
@@ -326,6 +328,33 @@ def check_sequence(name: str, value: Any, item: Callable[[str, Any], T] | None =
     return [item(f"{name}[{i}]", v) for i, v in enumerate(value)]
 
 
+def accepted_kwargs(cls: type) -> list[str]:
+    """The keyword names the ``__init__`` methods along ``cls``'s MRO accept."""
+    import inspect
+
+    names: list[str] = []
+    for klass in getattr(cls, "__mro__", [cls]):
+        init = klass.__dict__.get("__init__")
+        if init is None or klass is object:
+            continue
+        try:
+            params = inspect.signature(init).parameters.items()
+        except (TypeError, ValueError):  # pragma: no cover - builtins
+            continue
+        names += [p for p, par in params if p != "self" and p not in names
+                  and par.kind not in (par.VAR_KEYWORD, par.VAR_POSITIONAL)]
+    return names
+
+
+def raise_unknown_kwargs(cls: type, unknown: Mapping[str, Any], *, where: str | None = None):
+    """Raise ConfigError for the first of ``unknown`` keywords, listing what ``cls`` accepts."""
+    accepted = accepted_kwargs(cls)
+    key = next(iter(unknown))
+    prefix = f"{where}: " if where else ""
+    raise ConfigError(f"{prefix}unknown keyword argument {key!r}{did_you_mean(key, accepted)}. "
+                      f"Fix: use only {', '.join(sorted(accepted))}")
+
+
 def check_env_kwargs(env_id: str, kwargs: Mapping[str, Any] | None, *, name: str = "env_kwargs",
                      where: str | None = None) -> None:
     """Build one ``env_id`` env with ``kwargs`` and close it, so bad env kwargs fail up front
@@ -343,8 +372,6 @@ def make_checked_env(env_id: str, kwargs: Mapping[str, Any] | None, *,
     unknown keyword becomes a ConfigError listing the accepted ones; any other ``ValueError`` /
     ``TypeError`` is wrapped with the env id and ``kwargs`` named.
     """
-    import inspect
-
     import gymnasium as gym
 
     import arlgym  # noqa: F401  (registers the ids)
@@ -362,18 +389,11 @@ def make_checked_env(env_id: str, kwargs: Mapping[str, Any] | None, *,
         raise
     except TypeError as e:
         entry = gym.registry[env_id].entry_point
-        accepted: list[str] = []
         try:
             cls = gym.envs.registration.load_env_creator(entry) if isinstance(entry, str) else entry
-            for klass in getattr(cls, "__mro__", [cls]):
-                init = getattr(klass, "__init__", None)
-                if init is None or klass is object:
-                    continue
-                accepted += [p for p, par in inspect.signature(init).parameters.items()
-                             if p != "self" and par.kind not in (par.VAR_KEYWORD, par.VAR_POSITIONAL)
-                             and p not in accepted]
-        except (TypeError, ValueError, ImportError):  # pragma: no cover - best effort listing
-            pass
+            accepted = accepted_kwargs(cls)
+        except ImportError:  # pragma: no cover - best effort listing
+            accepted = []
         bad = [k for k in kwargs if accepted and k not in accepted and k not in
                ("max_episode_steps", "disable_env_checker", "render_mode")]
         if bad:

@@ -177,7 +177,10 @@ class SokobanEnv(AgentEnv):
                 raise ConfigError(f"options['level']={options['level']!r} is invalid: expected "
                                   "an XSB level string. Fix: pass e.g. options={'level': "
                                   "'#####\\n#@$.#\\n#####'}")
-            self.room = parse_xsb(options["level"])
+            try:
+                self.room = parse_xsb(options["level"])
+            except LevelFormatError as e:
+                raise LevelFormatError(f"options['level']: {e}") from None
             task_id = "xsb-" + anchor_hash(self.room.to_xsb())[:12]
         elif self.levels is not None:
             if "task_id" in options:
