@@ -240,12 +240,15 @@ def _check_fields(cfg: TrainConfig) -> None:
 
 def _check_names(cfg: TrainConfig) -> None:
     import arlgym.rl  # noqa: F401  (fills the registries)
-    from arlgym.core.validation import check_choice
+    from arlgym.core.validation import check_choice, did_you_mean
     from arlgym.rl.advantages import NORM_MODES
     from arlgym.rl.presets import PRESETS
     from arlgym.rl.registry import ADVANTAGES, AGGREGATIONS, LOSSES
 
-    check_choice("algo", cfg.algo, list(PRESETS), where=_WHERE)
+    if cfg.algo not in PRESETS:
+        raise ConfigError(f"{_WHERE}: algo={cfg.algo!r} is an unknown preset: expected one of "
+                          f"{', '.join(PRESETS)}. Fix: pick one of those"
+                          f"{did_you_mean(cfg.algo, PRESETS)}.")
     for name, registry in (("loss", LOSSES), ("aggregation", AGGREGATIONS),
                            ("advantage", ADVANTAGES)):
         check_choice(name, getattr(cfg, name), registry.names(), allow_none=True, where=_WHERE)
