@@ -1,0 +1,453 @@
+"""Escape suite of the TIR sandbox (issue 15; threat model in docs/security.md).
+
+Each test runs what a policy could write in a code cell to get out of it, and asserts both what
+the env returned (the observation the model would see) and that the host was not touched: no
+process left, no file written, no connection made, the env and its fork server alive and
+answering. CI runs it as root (as most GPU containers run); ``test_as_an_unprivileged_user``
+re-runs the core checks as uid 65534.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from arlgym.envs.tir_math import isolation
+from arlgym.envs.tir_math.env import TIRMathEnv
+from arlgym.envs.tir_math.sandbox import PythonSandbox
+
+pytestmark = pytest.mark.skipif(
+    isolation.isolation_problem(sys.executable) is not None,
+    reason=f"this machine cannot isolate cells ({isolation.isolation_problem(sys.executable)}); "
+           "CI installs bubblewrap (.ci/run)")
+
+MARKER = f"arlgym-escape-{uuid.uuid4().hex[:8]}"
+SECRET = f"sk-{uuid.uuid4().hex}"
+os.environ["ARLGYM_ESCAPE_SECRET"] = SECRET  # an API key exported to the trainer
+PROJECT = Path(__file__).resolve().parents[3]
+ENV_PID = os.getpid()
+
+
+@pytest.fixture(scope="module")
+def box():
+    sandbox = PythonSandbox(timeout=3.0, memory_mb=256, max_output_bytes=1 << 16, max_processes=32)
+    sandbox.run("print(0)")  # the server is up before the census of processes
+    yield sandbox
+    sandbox.close()
+
+
+@pytest.fixture(scope="module")
+def listener():
+    """A host service on loopback that no cell may reach."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    server.setblocking(False)
+    yield server
+    server.close()
+
+
+def _descendants(pid: int) -> set[int]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if fields[0] != "Z":
+                children.setdefault(int(fields[1]), []).append(int(entry))
+    found, todo = set(), [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.add(child)
+            todo.append(child)
+    return found
+
+
+def _alive(pid: int) -> bool:
+    """Running or sleeping (a zombie waiting for init to reap it holds nothing)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _marked_processes() -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if MARKER.encode() in Path(f"/proc/{entry}/cmdline").read_bytes() and _alive(int(entry)):
+                    found.append(int(entry))
+            except OSError:
+                pass
+    return found
+
+
+def _marked_files() -> list[str]:
+    places = [Path("/tmp"), Path("/dev/shm"), Path.home(), PROJECT, Path(sys.prefix), Path("/etc")]
+    return [str(p / name) for p in places if p.is_dir() for name in os.listdir(p)
+            if MARKER in name or name.startswith("arlgym-cell-")]
+
+
+@pytest.fixture(autouse=True)
+def host_unaffected(box, listener):
+    """After every test: no new process below the env, no marked process anywhere, no file, no
+    connection to the host service; the fork server alive, not stopped, still answering."""
+    server = box.server_pid
+    before = _descendants(ENV_PID)
+    yield
+    time.sleep(0.3)  # the kernel reaps a killed namespace asynchronously
+    assert _descendants(ENV_PID) <= before, "a process survived its cell"
+    assert _marked_processes() == []
+    assert _marked_files() == []
+    with pytest.raises(BlockingIOError):
+        listener.accept()
+    assert box.server_pid == server, "the fork server was replaced (killed?)"
+    state = Path(f"/proc/{server}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    assert state in "RSD", f"the fork server is in state {state}"
+    assert box.run("print(7 * 6)").stdout.strip() == "42"
+
+
+def _json(box: PythonSandbox, code: str) -> dict:
+    result = box.run(code)
+    assert result.ok, result
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_the_host_network_namespace_cannot_be_reentered(box, listener):
+    port = listener.getsockname()[1]
+    seen = _json(box, f"""
+import ctypes, json, os, socket, subprocess
+libc = ctypes.CDLL(None, use_errno=True)
+entered = []
+for pid in ['self', '1', '{ENV_PID}', '{box.server_pid}']:
+    try:
+        fd = os.open('/proc/%s/ns/net' % pid, os.O_RDONLY)
+    except OSError as e:
+        continue
+    if libc.setns(fd, 0x40000000) == 0:
+        entered.append(pid)
+try:
+    socket.create_connection(('127.0.0.1', {port}), timeout=1)
+    connect = 'connected'
+except OSError as e:
+    connect = e.errno
+nsenter = subprocess.run(['nsenter', '-t', '{ENV_PID}', '-n', 'true'], capture_output=True).returncode
+print(json.dumps({{'entered': entered, 'connect': connect, 'nsenter': nsenter,
+                  'env_ns_visible': os.path.exists('/proc/{ENV_PID}/ns/net')}}))
+""")
+    assert seen == {"entered": [], "connect": 101, "nsenter": 1, "env_ns_visible": False}
+
+
+def test_other_processes_environment_and_command_lines_are_unreadable(box):
+    seen = _json(box, f"""
+import json, os
+texts, pids = [], sorted(int(p) for p in os.listdir('/proc') if p.isdigit())
+for pid in ['self', *map(str, pids), '{ENV_PID}', '{box.server_pid}']:
+    for name in ('environ', 'cmdline'):
+        try:
+            texts.append(open('/proc/%s/%s' % (pid, name), 'rb').read().decode(errors='replace'))
+        except OSError:
+            pass
+print(json.dumps({{'pids': pids, 'leak': any({SECRET!r} in t or 'ARLGYM_ESCAPE' in t for t in texts),
+                  'env': sorted(os.environ), 'uid': os.getuid(),
+                  'cap': open('/proc/self/status').read().split('CapEff:')[1].split()[0]}}))
+""")
+    assert seen["pids"] == [1]  # only the cell itself
+    assert not seen["leak"]
+    assert set(seen["env"]) <= set(isolation.CELL_ENV) | {"PWD"}
+    assert seen["uid"] == 1000 and seen["cap"] == "0" * 16
+
+
+def test_host_files_cannot_be_written_or_read(box, tmp_path):
+    secret_file = tmp_path / "api_key.txt"
+    secret_file.write_text(SECRET)
+    targets = [Path.home() / MARKER, Path("/tmp") / MARKER, PROJECT / MARKER, Path("/dev/shm") / MARKER,
+               Path(sys.prefix) / MARKER, Path("/etc") / MARKER, Path("/usr") / MARKER]
+    seen = _json(box, f"""
+import json
+writes, reads = {{}}, {{}}
+for path in {[str(t) for t in targets]!r}:
+    try:
+        open(path, 'w').write('owned')
+        writes[path] = 'written'
+    except OSError as e:
+        writes[path] = type(e).__name__
+for path in {[str(secret_file), str(PROJECT / "README.md"), "/etc/shadow", str(Path.home())]!r}:
+    try:
+        reads[path] = open(path).read()[:20]
+    except OSError as e:
+        reads[path] = type(e).__name__
+print(json.dumps({{'writes': writes, 'reads': reads}}))
+""")
+    # /tmp and /dev/shm are the cell's own tmpfs: writable, and gone with the cell
+    for path, outcome in seen["writes"].items():
+        if path.startswith(("/tmp/", "/dev/shm/")):
+            assert outcome == "written"
+        else:
+            assert outcome in ("OSError", "PermissionError", "FileNotFoundError"), (path, outcome)
+    assert all(outcome in ("FileNotFoundError", "PermissionError", "IsADirectoryError")
+               for outcome in seen["reads"].values()), seen["reads"]
+    assert not any(t.exists() for t in targets)
+
+
+def test_the_env_process_and_the_fork_server_cannot_be_signalled(box):
+    seen = _json(box, f"""
+import json, os, signal
+outcome = {{}}
+for pid in ({ENV_PID}, {box.server_pid}, 2, 3):
+    for sig in (signal.SIGSTOP, signal.SIGKILL):
+        try:
+            os.kill(pid, sig)
+            outcome['%d/%d' % (pid, sig)] = 'sent'
+        except OSError as e:
+            outcome['%d/%d' % (pid, sig)] = type(e).__name__
+for pid in range(2, 300):
+    try:
+        os.kill(pid, signal.SIGSTOP)
+    except OSError:
+        pass
+try:
+    os.kill(-1, signal.SIGKILL)  # every process this cell can see (only its own)
+    outcome['-1'] = 'sent'
+except OSError as e:
+    outcome['-1'] = type(e).__name__
+print(json.dumps({{'outcome': outcome, 'ppid': os.getppid()}}))
+""")
+    assert seen["ppid"] == 0  # its parent is outside its PID namespace
+    assert set(seen["outcome"].values()) <= {"ProcessLookupError"}, seen
+    # (the autouse check: the server is alive, not stopped, and answers)
+
+
+_DAEMONS = f"""
+import os, subprocess, sys
+for i in range(2):  # classic double fork + setsid daemons
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            os.execv(sys.executable, [sys.executable, '-c', 'import time; time.sleep(300)', '{MARKER}'])
+        os._exit(0)
+subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)', '{MARKER}'],
+                 start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+import time; time.sleep(0.3)
+print('spawned', flush=True)
+"""
+
+
+@pytest.mark.parametrize("ending", ["exit", "timeout"])
+def test_daemons_die_with_their_cell(box, ending):
+    quick = PythonSandbox(timeout=1.5, memory_mb=256, max_output_bytes=1 << 16)  # same server
+    result = quick.run(_DAEMONS + ("while True: pass\n" if ending == "timeout" else ""))
+    assert result.stdout.strip() == "spawned"
+    assert result.timed_out is (ending == "timeout")
+    # (the autouse check: no process with the marker anywhere on the host)
+
+
+def test_a_fork_bomb_stops_at_the_process_limit(box):
+    result = box.run("""
+import os, time
+children = 0
+try:
+    for _ in range(1000):
+        pid = os.fork()
+        if pid == 0:
+            time.sleep(30)
+            os._exit(0)
+        children += 1
+except OSError as e:
+    print('stopped after', children, type(e).__name__, flush=True)
+""")
+    words = result.stdout.split()
+    assert words[:2] == ["stopped", "after"] and int(words[2]) < 32 and words[3] == "BlockingIOError"
+
+
+def test_memory_limit_holds_for_several_processes(box):
+    cgroup = box._server.cgroup
+    code = """
+import os, time
+pids = []
+for i in range(4):
+    pid = os.fork()
+    if pid == 0:
+        block = bytearray(200 << 20)
+        block[::4096] = b'x' * len(block[::4096])  # touch every page: 4 x 200 MiB > 256 MiB
+        time.sleep(1.5)
+        os._exit(0)
+    pids.append(pid)
+codes = [os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in pids]
+print('children', codes, flush=True)
+"""
+    if cgroup is None:
+        pytest.skip("no writable memory cgroup on this machine: the limit holds per process "
+                    "(RLIMIT_AS) times max_processes (docs/security.md)")
+    patient = PythonSandbox(timeout=20.0, memory_mb=256, max_output_bytes=1 << 16)  # same server
+    result = patient.run(code)
+    killed = "-9" in result.stdout or result.returncode == -9
+    assert killed, result  # the OOM killer of the server's cgroup took at least one of them
+    peak_file = "memory.max_usage_in_bytes" if cgroup.version == "v1" else "memory.peak"
+    peak = Path(cgroup.directory, peak_file)
+    if peak.exists():
+        assert int(peak.read_text()) <= cgroup.limit_bytes
+
+
+@pytest.mark.parametrize("mode", [("isolated", "fork"), ("unisolated", "fork"), ("unisolated", "subprocess")],
+                         ids=["isolated", "unisolated-fork", "unisolated-subprocess"])
+def test_output_tricks_and_bad_text_cannot_hang_or_crash_step(box, mode):
+    sandbox = PythonSandbox(timeout=2.0, memory_mb=256, isolation=mode[0], engine=mode[1])
+    tricks = {
+        "fifo": "import os\nprint('before', flush=True)\nfor name in ('stdout', 'stderr'):\n"
+                "    try:\n        os.unlink(name)\n    except OSError:\n        pass\n"
+                "    os.mkfifo(name)\nos.mkfifo('pipe')\nos.dup2(os.open('pipe', os.O_RDWR), 1)\nprint('after')",
+        "delete": "import os\nprint('before', flush=True)\nfor name in ('stdout', 'stderr', '.'):\n"
+                  "    try:\n        os.unlink(name)\n    except OSError:\n        pass",
+        "close": "import os\nprint('before', flush=True)\nos.close(1)\nos.close(2)",
+        "surrogate_code": "x = '\ud800'\nprint('ran')",
+        "surrogate_output": "print(chr(0xd800))",
+        "binary": "import sys\nsys.stdout.buffer.write(b'\\xff\\xfe\\x00bad')",
+    }
+    try:
+        for name, code in tricks.items():
+            started = time.perf_counter()
+            result = sandbox.run(code)  # must not raise
+            assert time.perf_counter() - started < 2.0 + 3, name
+            assert isinstance(result.feedback(), str), name
+            if name in ("fifo", "delete", "close") and mode[1] == "fork":
+                assert result.stdout.startswith("before"), (name, result)
+    finally:
+        sandbox.close()
+
+
+def test_two_envs_cannot_read_or_overwrite_each_others_cells(box):
+    """Two rollouts of one group, at the same time, on the same fork server: B tries every way
+    to make A 'answer' 31337 (A's reward would be 1) and to read A's code."""
+    problem = {"question": "What is 31337?", "answer": "31337"}
+    env_a, env_b = TIRMathEnv(sandbox_timeout=5.0), TIRMathEnv(sandbox_timeout=5.0)
+    for env in (env_a, env_b):
+        env.reset(seed=0, options={"problem": problem})
+    code_a = ("import os, time\nSECRET_CODE = 'a-private-plan'\nopen('/tmp/answer.txt', 'w').write('mine')\n"
+              "open('/dev/shm/answer', 'w').write('mine')\ntime.sleep(1.5)\n"
+              "print('A sees', sorted(os.listdir('/tmp')), open('/tmp/answer.txt').read())")
+    code_b = """
+import glob, os, socket
+found, wrote = [], []
+for pattern in ('/tmp/*', '/dev/shm/*', '/dev/shm/arlgym-cell-*/*', '/proc/*/fd/*', '/proc/*/cwd/*'):
+    for path in glob.glob(pattern):
+        if path.startswith(('/proc/1/', '/proc/self/', '/proc/thread-self/')):  # this cell's own
+            continue
+        try:
+            text = open(path, errors='replace').read(1 << 16)
+            if 'a-private-plan' in text or 'mine' in text:
+                found.append(path)
+        except OSError:
+            pass
+        try:
+            open(path, 'a').write('\\\\boxed{31337}')
+            wrote.append(path)
+        except OSError:
+            pass
+for pid in os.listdir('/proc'):
+    if pid.isdigit() and pid != '1':
+        found.append('pid ' + pid)
+s = socket.socket(socket.AF_UNIX)
+try:
+    s.connect('\\0arlgym-a')
+    found.append('abstract socket')
+except OSError:
+    pass
+print('B found', found, 'wrote', wrote)
+"""
+    results = {}
+
+    def play(name, env, code):
+        results[name] = env.step(f"Let me compute.\n```python\n{code}\n```")
+
+    thread = threading.Thread(target=play, args=("a", env_a, code_a))
+    thread.start()
+    time.sleep(0.4)
+    play("b", env_b, code_b)
+    thread.join()
+    obs_a, reward_a, done_a, _, info_a = results["a"]
+    obs_b, _, _, _, _ = results["b"]
+    assert env_a.raw_observation == "A sees ['answer.txt'] mine", env_a.raw_observation
+    assert reward_a == 0.0 and not done_a and env_a.final_answer is None
+    assert env_b.raw_observation == "B found [] wrote []", env_b.raw_observation
+    for env in (env_a, env_b):
+        env.close()
+
+
+def test_close_stops_the_server_and_leaves_nothing():
+    """Issue 19: env.close() stops its fork server; nothing survives (own server: 512 MiB)."""
+    env = TIRMathEnv(sandbox_memory_mb=512)
+    env.reset(seed=0)
+    env.step("```python\nprint(1)\n```")
+    server = env.sandbox.server_pid
+    tree = {server, *_descendants(server)}
+    cgroup = env.sandbox._server.cgroup
+    env.close()
+    time.sleep(0.3)
+    assert not any(_alive(pid) for pid in tree)
+    assert cgroup is None or not Path(cgroup.directory).exists()
+    assert env.sandbox.server_pid is None
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None,
+                    reason="needs root to become an unprivileged user (setpriv)")
+def test_as_an_unprivileged_user(listener):
+    """The core checks again, the env itself running as uid 65534 (no setpriv in the launch:
+    bwrap runs unprivileged). The interpreter may live where uid 65534 cannot read it (a pyenv
+    under /root): like the launcher, the test stages it in a private mount namespace first."""
+    port = listener.getsockname()[1]
+    script = (f"""
+import json, os, sys
+from arlgym.envs.tir_math.sandbox import PythonSandbox
+box = PythonSandbox(timeout=3.0, memory_mb=256)
+code = '''
+import json, os, socket
+try:
+    socket.create_connection(("127.0.0.1", {port}), timeout=1); net = "connected"
+except OSError as e:
+    net = e.errno
+try:
+    open("{PROJECT / MARKER}", "w"); wrote = True
+except OSError:
+    wrote = False
+print(json.dumps({{"uid": os.getuid(), "pids": os.listdir("/proc").count("1"), "net": net, "wrote": wrote,
+                  "env": sorted(os.environ)}}))
+'''
+result = box.run(code)
+print(json.dumps({{"euid": os.geteuid(), "cell": result.stdout.strip(), "err": result.stderr[-300:]}}))
+box.close()
+""")
+    binds = isolation._minimal_binds(isolation._interpreter_paths(sys.executable))
+    stage = ["mount -t tmpfs -o mode=755 stage /mnt"] + [
+        f"mkdir -p /mnt{p} && mount --bind {p} /mnt{p}" for p in binds]
+    # uid 65534 runs the staged interpreter; the project is readable as it is
+    python = "/mnt" + os.path.realpath(sys.executable)
+    site = [p for p in sys.path if p.endswith("site-packages")]
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": ":".join([str(PROJECT), *("/mnt" + s for s in site)]),
+           "OMP_NUM_THREADS": "1", "HOME": "/tmp"}
+    command = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+               " && ".join(stage) + ' && exec "$@"', "stage", "setpriv", "--reuid=65534",
+               "--regid=65534", "--clear-groups", "--", python, "-c", script]
+    out = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env, cwd="/")
+    if "cannot isolate" in out.stderr:
+        pytest.skip(f"unprivileged user namespaces are not allowed here: {out.stderr[-300:]}")
+    assert out.returncode == 0, out.stderr[-2000:]
+    report = json.loads(out.stdout.strip().splitlines()[-1])
+    assert report["euid"] == 65534
+    cell = json.loads(report["cell"])
+    assert cell["uid"] == 1000 and cell["pids"] == 1 and cell["net"] == 101 and not cell["wrote"]
+    assert set(cell["env"]) <= set(isolation.CELL_ENV) | {"PWD"}
+    assert not (PROJECT / MARKER).exists()
