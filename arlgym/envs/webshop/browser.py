@@ -1,6 +1,6 @@
 """``arl/WebShopBrowser-v0``: WebShop played through a real headless Chromium.
 
-The site is served by the process's loopback Flask server
+The site is served by the process's loopback waitress server
 (:mod:`~arlgym.envs.webshop.server`); each env drives its own Chromium through Selenium: a
 ``search[q]`` types ``q`` into the search box and presses the button, a ``click[x]`` clicks the
 link whose ``data-click`` is ``x``. The page text, the admissible actions and the outcome are
@@ -21,6 +21,7 @@ import os
 import shutil
 import tempfile
 from typing import Any, ClassVar
+from urllib.parse import quote
 
 import numpy as np
 
@@ -112,7 +113,8 @@ class WebShopBrowserEnv(WebShopEnv):
             self._page = self.driver.execute_script(
             "const q = s => Array.from(document.querySelectorAll(s));"
             "return [q('[data-text]').map(e => e.innerText.trim()),"
-            "        q('[data-click]').map(e => e.dataset.click)];")
+            "        q('[data-click]:not([data-option])').concat(q('[data-option]'))"
+            "          .map(e => e.dataset.click)];")
         return self._page
 
     def _dom_text(self) -> str:
@@ -127,7 +129,7 @@ class WebShopBrowserEnv(WebShopEnv):
         if self._sid is not None:
             self.server.forget(self._sid)
         assert self.session is not None
-        self._sid = self.server.register(self.session)
+        self._sid = self.server.register(self.session, pinned=True)
         self._load(f"/s/{self._sid}")
         spec.observation = self._dom_text()
         return spec
@@ -137,12 +139,15 @@ class WebShopBrowserEnv(WebShopEnv):
         parsed = parse_shop_action(action)
         clickables = self._dom_clickables()
         before = self._page_step()
-        if parsed is not None and parsed[0] == "search" and "search" in clickables \
-                and parsed[1] and parsed[1] != "<your query>":
+        if parsed is not None and parsed[0] == "search" and "search" in clickables:
             box = self.driver.find_element("name", "q")
             box.clear()
             box.send_keys(parsed[1])
             self.driver.find_element("css selector", "[data-click='search']").click()
+        elif parsed is not None and parsed[0] == "search":
+            # WebShop's text env searches from a results or item page too (its pages there have
+            # no search box): the browser goes to the search the form would have sent
+            self._load(f"/s/{self._sid}/search?q={quote(parsed[1])}")
         elif parsed is not None and parsed[0] == "click" and parsed[1] in clickables and parsed[1] != "search":
             target = parsed[1].replace("\\", "\\\\").replace('"', '\\"')
             self.driver.find_element("css selector", f'[data-click="{target}"]').click()

@@ -14,13 +14,15 @@ def _serve(args: argparse.Namespace) -> int:
     from arlgym.envs.webshop.env import load_shop, split_range
     from arlgym.envs.webshop.server import ShopServer
 
-    catalog, index = load_shop(args.data_dir, args.num_products, args.catalog_seed)
+    catalog, index = load_shop(args.data_dir, args.num_products, args.catalog_seed, args.goal_source)
     low, high = split_range(args.split, len(catalog.goals))
     rng = np.random.default_rng(args.seed)
-    server = ShopServer(host=args.host, port=args.port)
+    server = ShopServer(host=args.host, port=args.port, threads=args.threads,
+                        max_sessions=args.max_sessions, ttl=args.ttl)
     server.new_session_factory = lambda: ShopSession(catalog, index, catalog.goals[int(rng.integers(low, high))])
     print(f"WebShop: {len(catalog.products)} products, {high - low} {args.split} goals. "
-          f"Open {server.url}/ (each visit: a new goal). Ctrl-C stops.")
+          f"Open {server.url}/ (each visit: a new goal; waitress, {args.threads} threads; a session "
+          f"unused for {args.ttl:g} s is forgotten). Ctrl-C stops.")
     try:
         server.serve_forever()
     except KeyboardInterrupt:
@@ -42,6 +44,13 @@ def add_subparser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentPa
     serve.add_argument("--data-dir", default=None, help="WebShop's product files (default: synthetic catalog)")
     serve.add_argument("--num-products", type=int, default=1000, help="synthetic catalog size (default: 1000)")
     serve.add_argument("--catalog-seed", type=int, default=0, help="synthetic catalog seed (default: 0)")
+    serve.add_argument("--goal-source", default="synthetic", choices=("synthetic", "human"),
+                       help="WebShop's synthetic goals or its human-written ones (needs --data-dir)")
     serve.add_argument("--seed", type=int, default=0, help="goal draw seed (default: 0)")
+    serve.add_argument("--threads", type=int, default=8, help="waitress worker threads (default: 8)")
+    serve.add_argument("--max-sessions", type=int, default=10_000,
+                       help="sessions held at most; the least recently used go first (default: 10000)")
+    serve.add_argument("--ttl", type=float, default=3600.0,
+                       help="seconds an unused session is kept (default: 3600)")
     serve.set_defaults(func=_serve)
     return parser

@@ -1,11 +1,19 @@
-"""The WebShop site over HTTP: a Flask app on loopback that renders each shopper's
+"""The WebShop site over HTTP: a small WSGI app, served by waitress (a production WSGI server, one
+per process, on loopback), that renders each shopper's
 :class:`~arlgym.envs.webshop.engine.ShopSession` as HTML and applies the clicks and searches a
-browser sends. One server per process serves every session (not one server per env).
+browser sends.
 
 The HTML marks what the agent may read and do: every visible string of WebShop's text mode is
 an element with ``data-text`` (in page order), every clickable is an ``<a data-click="…">``, the
 search box is ``<input name="q">`` with a submit button. So the text a browser reads off the page
 equals the text env's observation (tested), and ``arlgym webshop serve`` lets a person shop.
+
+Routes: ``GET /`` (serve mode: a new session with a new goal, redirected to its page),
+``GET /s/<sid>`` (the page), ``GET /s/<sid>/search?q=…`` and ``GET /s/<sid>/act?a=…`` (apply, then
+redirect to the page). Sessions are forgotten when unused for ``ttl`` seconds or when more than
+``max_sessions`` are held (least recently used first), so memory stays flat however many
+shoppers come; a forgotten session's pages answer 410. Sessions an env registers with
+``pinned=True`` stay until the env forgets them.
 """
 
 from __future__ import annotations
@@ -13,13 +21,20 @@ from __future__ import annotations
 import html
 import secrets
 import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import parse_qs, quote
 
-from arlgym.envs.webshop.engine import SEP, ShopSession
-from arlgym.errors import ConfigError
+from arlgym.envs.webshop.engine import BACK, BUY, PREV, SEP, TABS, ShopSession
+from arlgym.errors import MissingDependency
 
 __all__ = ["ShopServer", "shared_server", "render_page"]
+
+_BUTTONS = frozenset((BACK, PREV, BUY, *TABS))
+_STYLE = ("body{font-family:sans-serif;margin:2em;max-width:60em}a{display:inline-block;"
+          "margin:.2em .6em .2em 0}p{margin:.3em 0}.goal{background:#eef;padding:.5em}")
 
 
 def render_page(sid: str, session: ShopSession, step: int) -> str:
@@ -27,15 +42,19 @@ def render_page(sid: str, session: ShopSession, step: int) -> str:
     esc = html.escape
     parts: list[str] = []
     text = session.observation().split(SEP)
-    clickables = {c.lower() for c in session.clickables()}
+    clickables = set(session.clickables())
 
     def act_url(action: str) -> str:
         return f"/s/{sid}/act?a={quote(action)}"
 
+    product = session.product if session.page == "item" else None
+    option_values = {v for vs in product.options.values() for v in vs} if product else set()
     for chunk in text:
         key = chunk.strip().lower()
         if key in clickables and key != "search":
-            parts.append(f'<a href="{act_url(f"click[{key}]")}" data-click="{esc(key)}" '
+            # option values are marked: WebShop lists them after the buttons and product links
+            mark = " data-option" if key in option_values and key not in _BUTTONS else ""
+            parts.append(f'<a href="{act_url(f"click[{key}]")}" data-click="{esc(key)}"{mark} '
                          f'data-text>{esc(chunk)}</a>')
         elif key == "search" and session.page == "search":
             parts.append(f'<form method="get" action="/s/{sid}/search"><span data-text>Search</span> '
@@ -47,75 +66,130 @@ def render_page(sid: str, session: ShopSession, step: int) -> str:
     if session.purchased and session.result is not None:
         done = (f'<p class="done" data-score="{session.result.score}">Bought '
                 f'{esc(session.purchased)}: score {session.result.score:.2f}</p>')
-    return ("<!doctype html><html><head><meta charset='utf-8'><title>WebShop</title>"
-            "<style>body{font-family:sans-serif;margin:2em;max-width:60em}a{display:inline-block;"
-            "margin:.2em .6em .2em 0}p{margin:.3em 0}.goal{background:#eef;padding:.5em}</style>"
-            f"</head><body data-step='{step}'><div class='goal'>Instruction: "
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>WebShop</title><style>{_STYLE}"
+            f"</style></head><body data-step='{step}'><div class='goal'>Instruction: "
             f"{esc(session.goal.instruction)}</div>{''.join(parts)}{done}</body></html>")
 
 
+class _Entry:
+    __slots__ = ("session", "step", "used", "pinned", "lock")
+
+    def __init__(self, session: ShopSession, pinned: bool) -> None:
+        self.session, self.step, self.used, self.pinned = session, 0, time.monotonic(), pinned
+        self.lock = threading.Lock()
+
+
 class ShopServer:
-    """A threaded Werkzeug server on 127.0.0.1 (a free port) holding registered sessions."""
+    """The site on ``host:port`` (port 0: a free one), served by waitress with ``threads``
+    worker threads; see the module docstring for routes and session expiry."""
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
-        import logging
-
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, threads: int = 8,
+                 max_sessions: int = 10_000, ttl: float = 3600.0) -> None:
         try:
-            from flask import Flask, abort, redirect, request
-            from werkzeug.serving import make_server
+            from waitress.server import create_server
         except ImportError as e:
-            raise ConfigError("the WebShop site needs Flask: pip install 'arlgym[webshop]'") from e
-
-        logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no line per request
-
-        self._sessions: dict[str, tuple[ShopSession, list[int]]] = {}
+            raise MissingDependency("the WebShop site needs waitress: pip install 'arlgym[webshop]'") from e
+        self.max_sessions, self.ttl = int(max_sessions), float(ttl)
+        self._sessions: OrderedDict[str, _Entry] = OrderedDict()
         self._lock = threading.Lock()
-        self.new_session_factory: Any = None  # for `arlgym webshop serve`: () -> ShopSession
-        app = Flask("arlgym-webshop")
+        self.new_session_factory: Callable[[], ShopSession] | None = None  # `arlgym webshop serve`
+        self.expired = 0
+        self._server = create_server(self.app, host=host, port=port, threads=threads,
+                                     connection_limit=1000, channel_timeout=60, backlog=1024,
+                                     ident="arlgym-webshop", expose_tracebacks=False)
+        self.host, self.port = host, int(self._server.effective_port)
+        self._thread = threading.Thread(target=self._server.run, name="arlgym-webshop", daemon=True)
 
-        def lookup(sid: str) -> tuple[ShopSession, list[int]]:
-            with self._lock:
-                if sid not in self._sessions:
-                    abort(404)
-                return self._sessions[sid]
+    # ------------------------------------------------------------------ WSGI
+    def app(self, environ: dict[str, Any], start_response: Callable) -> Iterable[bytes]:
+        status, headers, body = self.handle(environ.get("REQUEST_METHOD", "GET"),
+                                            environ.get("PATH_INFO", "/"), environ.get("QUERY_STRING", ""))
+        start_response(status, headers)
+        return [body]
 
-        @app.get("/")
-        def index() -> Any:
+    def handle(self, method: str, path: str, query: str = "") -> tuple[str, list[tuple[str, str]], bytes]:
+        """One request: (status, headers, body). Also what tests call without a socket."""
+        if method not in ("GET", "HEAD"):
+            return _reply("405 Method Not Allowed", "only GET")
+        parts = [p for p in path.split("/") if p]
+        if not parts:
             if self.new_session_factory is None:
-                abort(404)
-            return redirect(f"/s/{self.register(self.new_session_factory())}")
+                return _reply("404 Not Found", "no shop here: open the page of your session")
+            return _redirect(f"/s/{self.register(self.new_session_factory())}")
+        if parts[0] != "s" or len(parts) not in (2, 3):
+            return _reply("404 Not Found", "not found")
+        sid = parts[1]
+        entry = self._entry(sid)
+        if entry is None:
+            return _reply("410 Gone" if self._known(sid) else "404 Not Found",
+                          "this shopping session has expired or never existed")
+        if len(parts) == 2:
+            with entry.lock:
+                page = render_page(sid, entry.session, entry.step)
+            return "200 OK", [("Content-Type", "text/html; charset=utf-8"), ("Cache-Control", "no-store")], page.encode()
+        args = parse_qs(query)
+        if parts[2] == "search":
+            action = f"search[{args.get('q', [''])[0]}]"
+        elif parts[2] == "act":
+            action = args.get("a", [""])[0]
+        else:
+            return _reply("404 Not Found", "not found")
+        with entry.lock:  # one action at a time per session; sessions run in parallel
+            if not entry.session.purchased:
+                entry.session.act(action)
+            entry.step += 1
+        return _redirect(f"/s/{sid}")
 
-        @app.get("/s/<sid>")
-        def page(sid: str) -> Any:
-            session, step = lookup(sid)
-            return render_page(sid, session, step[0])
+    # ------------------------------------------------------------------ sessions
+    def _known(self, sid: str) -> bool:
+        return len(sid) == 32 and all(c in "0123456789abcdef" for c in sid)
 
-        @app.get("/s/<sid>/search")
-        def search(sid: str) -> Any:
-            return self._apply(sid, f"search[{request.args.get('q', '')}]", redirect)
-
-        @app.get("/s/<sid>/act")
-        def act(sid: str) -> Any:
-            return self._apply(sid, request.args.get("a", ""), redirect)
-
-        self.app = app
-        self._server = make_server(host, port, app, threaded=True)
-        self.host, self.port = host, self._server.server_port
-        self._thread = threading.Thread(target=self._server.serve_forever, name="arlgym-webshop",
-                                        daemon=True)
-
-    def _apply(self, sid: str, action: str, redirect: Any) -> Any:
-        from flask import abort
-
+    def _entry(self, sid: str) -> _Entry | None:
         with self._lock:
-            if sid not in self._sessions:
-                abort(404)
-            session, step = self._sessions[sid]
-            if not session.purchased:
-                session.act(action)
-            step[0] += 1
-        return redirect(f"/s/{sid}")
+            entry = self._sessions.get(sid)
+            if entry is None:
+                return None
+            now = time.monotonic()
+            if not entry.pinned and now - entry.used > self.ttl:
+                del self._sessions[sid]
+                self.expired += 1
+                return None
+            entry.used = now
+            self._sessions.move_to_end(sid)
+            return entry
 
+    def register(self, session: ShopSession, pinned: bool = False) -> str:
+        """Serve ``session`` under a new id; returns the id. Unpinned sessions expire (see the
+        module docstring)."""
+        sid = secrets.token_hex(16)
+        with self._lock:
+            self._sessions[sid] = _Entry(session, pinned)
+            self._evict()
+        return sid
+
+    def _evict(self) -> None:
+        now = time.monotonic()
+        over = len(self._sessions) - self.max_sessions
+        dead = []
+        for sid, entry in self._sessions.items():  # least recently used first
+            if entry.pinned:
+                continue
+            if over <= 0 and now - entry.used <= self.ttl:
+                break  # every later one was used more recently
+            dead.append(sid)
+            over -= 1
+        for sid in dead:
+            del self._sessions[sid]
+        self.expired += len(dead)
+
+    def forget(self, sid: str) -> None:
+        with self._lock:
+            self._sessions.pop(sid, None)
+
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+    # ------------------------------------------------------------------ lifecycle
     @property
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
@@ -125,23 +199,21 @@ class ShopServer:
             self._thread.start()
         return self
 
-    def register(self, session: ShopSession) -> str:
-        """Serve ``session`` under a new id; returns the id."""
-        sid = secrets.token_hex(8)
-        with self._lock:
-            self._sessions[sid] = (session, [0])
-        return sid
-
-    def forget(self, sid: str) -> None:
-        with self._lock:
-            self._sessions.pop(sid, None)
-
     def serve_forever(self) -> None:
         """Serve in the calling thread (``arlgym webshop serve``)."""
-        self._server.serve_forever()
+        self._server.run()
 
     def shutdown(self) -> None:
-        self._server.shutdown()
+        self._server.close()
+        self._server.task_dispatcher.shutdown()
+
+
+def _reply(status: str, text: str) -> tuple[str, list[tuple[str, str]], bytes]:
+    return status, [("Content-Type", "text/plain; charset=utf-8")], text.encode()
+
+
+def _redirect(location: str) -> tuple[str, list[tuple[str, str]], bytes]:
+    return "302 Found", [("Location", location), ("Content-Type", "text/plain")], b""
 
 
 _SHARED: ShopServer | None = None

@@ -1,5 +1,6 @@
-"""The WebShop site over HTTP (Flask on loopback) and through headless Chromium: the browser env
-reads exactly the text env's pages off the DOM, and every purchase is scored by the site."""
+"""The WebShop site over HTTP (waitress on loopback) and through headless Chromium: the browser
+env reads exactly the text env's pages off the DOM, every purchase is scored by the site, and
+sessions expire so the server's memory stays flat."""
 
 import gymnasium as gym
 import numpy as np
@@ -23,30 +24,65 @@ def _session(goal_index=0):
     return ShopSession(catalog, index, catalog.goals[goal_index])
 
 
+def _get(server, path):
+    path, _, query = path.partition("?")
+    status, headers, body = server.handle("GET", path, query)
+    return int(status.split()[0]), dict(headers), body.decode()
+
+
 def test_pages_carry_the_text_and_clickables_of_the_engine(server):
-    client = server.app.test_client()
     session = _session()
     sid = server.register(session)
-    page = client.get(f"/s/{sid}").get_data(as_text=True)
-    assert 'name="q"' in page and session.goal.instruction in page
-    assert client.get(f"/s/{sid}/search?q=green+tea").status_code == 302
+    code, _, page = _get(server, f"/s/{sid}")
+    assert code == 200 and 'name="q"' in page and session.goal.instruction in page
+    code, headers, _ = _get(server, f"/s/{sid}/search?q=green+tea")
+    assert code == 302 and headers["Location"] == f"/s/{sid}"
     assert session.page == "results" and session.query == "green tea"
-    page = client.get(f"/s/{sid}").get_data(as_text=True)
+    page = _get(server, f"/s/{sid}")[2]
     for clickable in session.clickables():
         assert f'data-click="{clickable.replace(">", "&gt;").replace("<", "&lt;")}"' in page
-    client.get(f"/s/{sid}/act?a=click[next >]")
-    assert session.page_no == 2 and "data-step='2'" in client.get(f"/s/{sid}").get_data(as_text=True)
-    assert client.get("/s/nosuchsession").status_code == 404
-    assert client.get("/").status_code == 404  # no goal factory: not a public shop
+    _get(server, f"/s/{sid}/act?a=click%5Bnext%20%3E%5D")
+    assert session.page_no == 2 and "data-step='2'" in _get(server, f"/s/{sid}")[2]
+    assert _get(server, "/s/nosuchsession")[0] == 404
+    assert _get(server, "/")[0] == 404  # no goal factory: not a public shop
+
+
+def test_served_over_http_by_waitress(server):
+    import urllib.request
+
+    sid = server.register(_session())
+    with urllib.request.urlopen(f"{server.url}/s/{sid}/search?q=wool+socks", timeout=10) as response:
+        page = response.read().decode()
+        assert response.status == 200 and response.headers["Server"] == "arlgym-webshop"
+    assert "Page 1 (Total results: " in page
 
 
 def test_serve_mode_gives_each_visitor_a_new_goal(server):
     server.new_session_factory = lambda: _session(3)
     try:
-        response = server.app.test_client().get("/")
-        assert response.status_code == 302 and response.headers["Location"].startswith("/s/")
+        code, headers, _ = _get(server, "/")
+        assert code == 302 and headers["Location"].startswith("/s/")
     finally:
         server.new_session_factory = None
+
+
+def test_sessions_expire_least_recently_used_first_and_by_age():
+    srv = ShopServer(max_sessions=3, ttl=0.2)  # not started: requests go through handle()
+    pinned = srv.register(_session(), pinned=True)
+    sids = [srv.register(_session()) for _ in range(3)]
+    # 4 sessions > 3: the least recently used unpinned one goes (a pinned one stays)
+    assert len(srv) == 3 and _get(srv, f"/s/{sids[0]}")[0] == 410 and _get(srv, "/s/" + "0" * 32)[0] == 410
+    assert _get(srv, f"/s/{sids[1]}")[0] == 200                     # used: sids[2] is now the oldest
+    newest = srv.register(_session())
+    assert [_get(srv, f"/s/{s}")[0] for s in (sids[1], sids[2], newest, pinned)] == [200, 410, 200, 200]
+    import time
+
+    time.sleep(0.25)
+    assert _get(srv, f"/s/{newest}")[0] == 410 and _get(srv, f"/s/{pinned}")[0] == 200
+    for _ in range(2000):  # many visitors: the table stays bounded
+        srv.register(_session())
+    assert len(srv) <= 4 and srv.expired >= 2000
+    srv.shutdown()
 
 
 def test_browser_env_sees_what_the_text_env_sees_and_buys_through_the_site(chromium):
@@ -65,6 +101,18 @@ def test_browser_env_sees_what_the_text_env_sees_and_buys_through_the_site(chrom
                 if termt:
                     break
             assert ib["won"] and rb == REWARD_WIN
+        # a search from a results or an item page (WebShop runs it; the page has no search box)
+        browser.reset(options={"task_id": "goal-2"})
+        text.reset(options={"task_id": "goal-2"})
+        for action in ("search[wool socks]", "search[coffee beans] please", "click[next >]",
+                       "click[next >]", "Search[tea]"):
+            response = f"<think>x</think><action>{action}</action>"
+            assert browser.step(response) == text.step(response)
+        first = next(a for a in text.session.admissible() if a.startswith("click[b0"))
+        response = f"<think>x</think><action>{first}</action>"
+        assert browser.step(response) == text.step(response)
+        response = "<think>x</think><action>search[bookshelves]</action>"
+        assert browser.step(response) == text.step(response) and text.session.page == "results"
         # an action that is no element of the page is not sent to the site
         browser.reset(options={"task_id": "goal-1"})
         _, _, _, _, info = browser.step("<think>x</think><action>click[buy now]</action>")
