@@ -126,7 +126,7 @@ def test_killed_mid_step_with_restart_replays_the_group():
 
 
 def test_sigstopped_worker_times_out_with_clear_error():
-    asyn, sync = _pair(timeout=1.0)
+    asyn, sync = _pair(timeout=2.0)
     pid = asyn.worker_pid(0)
     try:
         asyn.reset(), sync.reset()
@@ -134,9 +134,9 @@ def test_sigstopped_worker_times_out_with_clear_error():
         t0 = time.monotonic()
         with pytest.raises(WorkerError) as info:
             asyn.step(_actions(4, 0))
-        assert time.monotonic() - t0 < 5
+        assert time.monotonic() - t0 < 10
         msg = str(info.value)
-        assert "worker 0" in msg and "envs 0-1" in msg and "timeout=1" in msg and "stopped" in msg
+        assert "worker 0" in msg and "envs 0-1" in msg and "timeout=2" in msg and "stopped" in msg
         sync.step(_actions(4, 0, skip=(0, 1)))
         assert asyn.call_one(3, "to_xsb") == sync.envs[3].unwrapped.to_xsb()
     finally:
@@ -145,7 +145,7 @@ def test_sigstopped_worker_times_out_with_clear_error():
 
 
 def test_sigstopped_worker_is_replaced_with_restart():
-    asyn, sync = _pair(timeout=1.0, restart=True)
+    asyn, sync = _pair(timeout=2.0, restart=True)
     try:
         asyn.reset(), sync.reset()
         os.kill(asyn.worker_pid(0), signal.SIGSTOP)
