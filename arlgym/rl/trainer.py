@@ -504,7 +504,7 @@ class Trainer:
                             old, ref, a = logp.detach(), (logp.detach() if self.use_ref else None), torch.zeros(1, device=acc.device)
                         loss, metrics = policy_loss(
                             name, logp, old, a, response_mask, ref_logp=ref,
-                            entropy=ent.detach(), global_tokens=g_tokens, num_seqs=g_seqs,
+                            entropy=ent, global_tokens=g_tokens, num_seqs=g_seqs,
                             **loss_kw)
                         scale = 0.0 if dummy else float(world)  # DDP averages; we want sums
                         acc.backward(loss * scale)
