@@ -44,7 +44,7 @@ import numpy as np
 
 from arlgym.errors import ConfigError, LevelFormatError
 
-__all__ = ["Product", "Goal", "Catalog", "SyntheticCatalog", "generate_catalog",
+__all__ = ["Product", "Goal", "Catalog", "SyntheticCatalog", "OfficialCatalog", "generate_catalog",
            "load_official_catalog", "goals_for", "price_bound", "PRICE_RANGE", "MAX_PRODUCTS"]
 
 #: WebShop's price bounds (``goal.py::PRICE_RANGE``): 10, 20, …, 990
@@ -518,50 +518,79 @@ def _webshop_price(pricing: Any) -> tuple[list[float], str]:
     return prices[:2], f"${prices[0]} to ${prices[1]}"
 
 
-def iter_json_array(path: Path, buffer: int = 1 << 20) -> Iterator[Any]:
-    """The items of a JSON array file, parsed one at a time (a 5 GB file never sits in memory)."""
-    decoder = json.JSONDecoder()
-    with open(path, encoding="utf-8") as f:
-        text, pos, eof = f.read(buffer), 0, False
+class _JsonStream:
+    """Reads JSON values one at a time from a file (a 5 GB file never sits in memory)."""
 
-        def more() -> bool:
-            nonlocal text, pos, eof
-            chunk = f.read(buffer)
-            if not chunk:
-                eof = True
-                return False
-            text, pos = text[pos:] + chunk, 0
-            return True
+    _WS = " \t\r\n"
 
-        def skip(chars: str) -> str:
-            nonlocal pos
-            while True:
-                while pos < len(text) and text[pos] in chars:
-                    pos += 1
-                if pos < len(text) or not more():
-                    return text[pos] if pos < len(text) else ""
+    def __init__(self, f: Any, buffer: int) -> None:
+        self.f, self.buffer = f, buffer
+        self.text, self.pos, self.eof = f.read(buffer), 0, False
+        self.decoder = json.JSONDecoder()
 
-        if skip(" \t\r\n") != "[":
-            raise json.JSONDecodeError("expected a JSON array", text, pos)
-        pos += 1
+    def more(self) -> bool:
+        chunk = self.f.read(self.buffer)
+        if not chunk:
+            self.eof = True
+            return False
+        self.text, self.pos = self.text[self.pos:] + chunk, 0
+        return True
+
+    def peek(self, skip: str = _WS) -> str:
         while True:
-            ch = skip(" \t\r\n,")
+            while self.pos < len(self.text) and self.text[self.pos] in skip:
+                self.pos += 1
+            if self.pos < len(self.text) or not self.more():
+                return self.text[self.pos] if self.pos < len(self.text) else ""
+
+    def expect(self, ch: str, what: str) -> None:
+        if self.peek() != ch:
+            raise json.JSONDecodeError(f"expected {what}", self.text, self.pos)
+        self.pos += 1
+
+    def value(self) -> Any:
+        while True:
+            try:
+                item, end = self.decoder.raw_decode(self.text, self.pos)
+            except json.JSONDecodeError:
+                if self.eof or not self.more():
+                    raise
+                continue
+            if end == len(self.text) and not self.eof and self.more():  # a number may go on
+                continue
+            self.pos = end
+            return item
+
+
+def iter_json_array(path: Path, buffer: int = 1 << 20) -> Iterator[Any]:
+    """The items of a JSON array file, parsed one at a time."""
+    with open(path, encoding="utf-8") as f:
+        js = _JsonStream(f, buffer)
+        js.expect("[", "a JSON array")
+        while True:
+            ch = js.peek(" \t\r\n,")
             if ch == "]":
                 return
             if ch == "":
-                raise json.JSONDecodeError("unterminated JSON array", text, pos)
-            while True:
-                try:
-                    item, end = decoder.raw_decode(text, pos)
-                except json.JSONDecodeError:
-                    if eof or not more():
-                        raise
-                    continue
-                if end == len(text) and not eof and more():  # a number may go on in the next chunk
-                    continue
-                break
-            pos = end
-            yield item
+                raise json.JSONDecodeError("unterminated JSON array", js.text, js.pos)
+            yield js.value()
+
+
+def iter_json_object(path: Path, buffer: int = 1 << 20) -> Iterator[tuple[str, Any]]:
+    """The (key, value) pairs of a JSON object file, parsed one at a time."""
+    with open(path, encoding="utf-8") as f:
+        js = _JsonStream(f, buffer)
+        js.expect("{", "a JSON object")
+        while True:
+            ch = js.peek(" \t\r\n,")
+            if ch == "}":
+                return
+            if ch != '"':
+                raise json.JSONDecodeError("expected a key or '}'", js.text, js.pos)
+            key = js.value()
+            js.expect(":", "':'")
+            js.peek()
+            yield key, js.value()
 
 
 def _load_json(path: Path, what: str) -> Any:
@@ -614,8 +643,12 @@ def _official_product(item: Any, path: Path, n: int, ins: Mapping[str, Any], rng
 
 
 def load_official_catalog(products_file: str | Path, instructions_file: str | Path, seed: int = 0,
-                          goal_source: str = "synthetic", human_file: str | Path | None = None) -> Catalog:
-    """WebShop's own product and instruction files (see the module docstring)."""
+                          goal_source: str = "synthetic", human_file: str | Path | None = None) -> OfficialCatalog:
+    """WebShop's own product and instruction files (see the module docstring), read once into an
+    on-disk store (SQLite, under the arlgym cache) that later loads reuse: products and goals are
+    read from it when asked for, so memory stays bounded at any file size."""
+    from arlgym.envs.webshop.search import cache_root
+
     products_file, instructions_file = Path(products_file), Path(instructions_file)
     if goal_source not in ("synthetic", "human"):
         raise ConfigError(f"goal_source={goal_source!r} is invalid: expected 'synthetic' or 'human'")
@@ -628,49 +661,215 @@ def load_official_catalog(products_file: str | Path, instructions_file: str | Pa
         if not f.is_file():
             raise ConfigError(f"WebShop data file {str(f)!r} does not exist (items_shuffle_1000.json, "
                               "items_ins_v2_1000.json and items_human_ins.json come from WebShop's data download)")
-    raw_ins = _load_json(instructions_file, "instruction")
-    if not isinstance(raw_ins, dict):
-        raise LevelFormatError(f"WebShop instruction file {str(instructions_file)!r} must be a JSON object "
-                               f"of asin -> {{instruction, instruction_attributes, attributes}}, got a "
-                               f"{type(raw_ins).__name__}")
-    rng = random.Random(seed)  # WebShop draws range prices with the global `random`; ours is seeded
-    products: list[Product] = []
-    prices: dict[str, float] = {}
+    stamp = ":".join(f"{f.resolve()}:{f.stat().st_size}:{f.stat().st_mtime_ns}" for f in files)
+    fingerprint = _digest(f"{_STORE_VERSION}:{stamp}:{seed}:{goal_source}")
+    folder = cache_root() / "webshop" / f"official-{fingerprint}"
+    if not (folder / "meta.json").is_file():
+        _build_store(folder, products_file, instructions_file, Path(human_file) if human_file else None,
+                     seed, goal_source)
+    return OfficialCatalog(folder, fingerprint)
+
+
+_STORE_VERSION = "store-1"
+
+
+def _ins_entries(path: Path) -> Iterator[tuple[str, str]]:
     try:
-        for n, item in enumerate(iter_json_array(products_file)):
-            made = _official_product(item, products_file, n, raw_ins, rng)
-            if made is None or made[0].asin in prices:
-                continue
-            products.append(made[0])
-            prices[made[0].asin] = made[1]
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise LevelFormatError(f"WebShop product file {str(products_file)!r} is not a valid JSON array: {e}") from e
-    if not products:
-        raise LevelFormatError(f"{products_file}: no product with an asin")
-    goals: list[Goal] = []
-    if goal_source == "synthetic":
-        for p in products:
-            entry = raw_ins.get(p.asin) or {}
-            goals += goals_for(p, rng, attributes=entry.get("instruction_attributes") or ())
-    else:
-        human = _load_json(Path(human_file), "human instruction")  # type: ignore[arg-type]
-        if not isinstance(human, dict):
-            raise LevelFormatError(f"{human_file}: expected a JSON object of asin -> list of instructions")
-        for p in products:
-            for entry in human.get(p.asin) or []:
-                attrs = tuple(entry.get("instruction_attributes") or ())
-                if not attrs or not entry.get("instruction"):
+        for asin, entry in iter_json_object(path):
+            entry = entry if isinstance(entry, dict) else {}
+            yield str(asin), json.dumps({k: entry.get(k) for k in ("attributes", "instruction", "instruction_attributes")})
+    except json.JSONDecodeError as e:
+        if str(e).startswith("expected a JSON object"):
+            raise LevelFormatError(f"WebShop instruction file {str(path)!r} must be a JSON object of asin -> "
+                                   "{instruction, instruction_attributes, attributes}") from e
+        raise LevelFormatError(f"WebShop instruction file {str(path)!r} is not valid JSON: {e}") from e
+    except UnicodeDecodeError as e:
+        raise LevelFormatError(f"WebShop instruction file {str(path)!r} is not UTF-8 text: {e}") from e
+
+
+def _build_store(folder: Path, products_file: Path, instructions_file: Path, human_file: Path | None,
+                 seed: int, goal_source: str) -> None:
+    import shutil
+    import sqlite3
+    import tempfile
+
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=folder.name + ".tmp-", dir=folder.parent))
+    try:
+        db = sqlite3.connect(tmp / "store.sqlite")
+        db.executescript("PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF;"
+                         "CREATE TABLE ins (asin TEXT PRIMARY KEY, data TEXT);"
+                         "CREATE TABLE products (idx INTEGER PRIMARY KEY, asin TEXT UNIQUE, data TEXT);"
+                         "CREATE TABLE goals (gid INTEGER PRIMARY KEY, data TEXT);")
+        batch: list[tuple[str, str]] = []
+        for row in _ins_entries(instructions_file):
+            batch.append(row)
+            if len(batch) >= 10_000:
+                db.executemany("INSERT OR REPLACE INTO ins VALUES (?, ?)", batch)
+                batch = []
+        db.executemany("INSERT OR REPLACE INTO ins VALUES (?, ?)", batch)
+        human: dict = {}
+        if goal_source == "human":
+            human = _load_json(human_file, "human instruction")  # type: ignore[arg-type]
+            if not isinstance(human, dict):
+                raise LevelFormatError(f"{human_file}: expected a JSON object of asin -> list of instructions")
+
+        class _Ins(Mapping):  # the instruction entries, looked up in the store
+            def __getitem__(self, asin: str) -> Any:
+                row = db.execute("SELECT data FROM ins WHERE asin = ?", (asin,)).fetchone()
+                if row is None:
+                    raise KeyError(asin)
+                return json.loads(row[0])
+
+            def __iter__(self) -> Iterator[str]:
+                return iter(())
+
+            def __len__(self) -> int:
+                return 0
+
+        ins = _Ins()
+        rng = random.Random(seed)  # WebShop draws range prices with the global `random`; ours is seeded
+        n_products = n_goals = 0
+        try:
+            for n, item in enumerate(iter_json_array(products_file)):
+                made = _official_product(item, products_file, n, ins, rng)
+                if made is None:
                     continue
-                bound = price_bound(prices[p.asin], rng)
-                opts = entry.get("instruction_options") or []
-                goals.append(Goal(asin=p.asin, instruction=str(entry["instruction"]).strip(".") + _price_text(bound),
-                                  attributes=attrs, options=dict(opts) if isinstance(opts, dict) else tuple(opts),
-                                  price_upper=bound, query=p.query, name=p.name,
-                                  product_category=p.product_category, category=p.category))
-    if not goals:
-        raise LevelFormatError(f"{instructions_file}: no product has an instruction with attributes")
-    order = list(range(len(goals)))
-    random.Random(233).shuffle(order)  # WebShop: random.seed(233); random.shuffle(goals)
-    stat = products_file.stat()
-    fingerprint = _digest(f"official:{products_file.resolve()}:{stat.st_size}:{stat.st_mtime_ns}:{seed}")
-    return Catalog(products, [goals[i] for i in order], fingerprint=fingerprint)
+                p, price = made
+                cur = db.execute("INSERT OR IGNORE INTO products VALUES (?, ?, ?)",
+                                 (n_products, p.asin, json.dumps(_product_row(p))))
+                if cur.rowcount != 1:
+                    continue  # a repeated asin: WebShop keeps the first
+                if goal_source == "synthetic":
+                    entry = ins.get(p.asin) or {}
+                    goals = goals_for(p, rng, attributes=entry.get("instruction_attributes") or ())
+                    rows = [[n_products, g.options, g.price_upper, g.instruction, list(g.attributes)] for g in goals]
+                else:
+                    rows = []
+                    for entry in human.get(p.asin) or []:
+                        attrs = list((entry or {}).get("instruction_attributes") or ())
+                        if not attrs or not entry.get("instruction"):
+                            continue
+                        bound = price_bound(price, rng)
+                        opts = entry.get("instruction_options") or []
+                        rows.append([n_products, opts, bound, str(entry["instruction"]).strip(".") + _price_text(bound), attrs])
+                db.executemany("INSERT INTO goals VALUES (?, ?)",
+                               [(n_goals + k, json.dumps(r)) for k, r in enumerate(rows)])
+                n_goals += len(rows)
+                n_products += 1
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise LevelFormatError(f"WebShop product file {str(products_file)!r} is not a valid JSON array: {e}") from e
+        if not n_products:
+            raise LevelFormatError(f"{products_file}: no product with an asin")
+        if not n_goals:
+            raise LevelFormatError(f"{instructions_file}: no product has an instruction with attributes")
+        db.execute("DROP TABLE ins")
+        db.commit()
+        db.execute("VACUUM")
+        db.close()
+        order = list(range(n_goals))
+        random.Random(233).shuffle(order)  # WebShop: random.seed(233); random.shuffle(goals)
+        np.save(tmp / "goal_order.npy", np.asarray(order, dtype=np.int64))
+        (tmp / "meta.json").write_text(json.dumps({"products": n_products, "goals": n_goals,
+                                                   "source": str(products_file)}))
+        if folder.exists():
+            shutil.rmtree(folder, ignore_errors=True)
+        try:
+            tmp.replace(folder)
+        except OSError:  # another process stored it first
+            pass
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _product_row(p: Product) -> list:
+    return [p.asin, p.name, p.category, p.query, p.product_category, p.price, list(p.attributes),
+            [[k, list(v)] for k, v in p.options.items()], p.description, list(p.bullets), p.instruction,
+            p.price_text]
+
+
+class _StoreAsinMap(Mapping):
+    def __init__(self, catalog: OfficialCatalog) -> None:
+        self._cat = catalog
+
+    def __getitem__(self, asin: str) -> Product:
+        i = self._cat.index_of(asin)
+        if i is None:
+            raise KeyError(asin)
+        return self._cat.product(i)
+
+    def __iter__(self) -> Iterator[str]:
+        return (p.asin for p in self._cat.iter_products())
+
+    def __len__(self) -> int:
+        return len(self._cat.products)
+
+    def __contains__(self, asin: object) -> bool:
+        return isinstance(asin, str) and self._cat.index_of(asin) is not None
+
+
+class OfficialCatalog:
+    """WebShop's product files, read from the on-disk store :func:`load_official_catalog` made;
+    ``products``, ``goals`` and ``by_asin`` behave as a list, a list and a dict."""
+
+    def __init__(self, folder: Path, fingerprint: str) -> None:
+        import threading
+
+        meta = json.loads((folder / "meta.json").read_text())
+        self.folder, self.fingerprint = folder, fingerprint
+        self._order = np.load(folder / "goal_order.npy", mmap_mode="r")
+        self._local = threading.local()
+        self.product = lru_cache(maxsize=8192)(self.product)  # type: ignore[method-assign]
+        self.products: Sequence[Product] = _LazySeq(int(meta["products"]), self.product)
+        self.goals: Sequence[Goal] = _LazySeq(int(meta["goals"]), self.goal)
+        self.by_asin: Mapping[str, Product] = _StoreAsinMap(self)
+
+    def _db(self) -> Any:
+        import sqlite3
+
+        db = getattr(self._local, "db", None)
+        if db is None:
+            db = self._local.db = sqlite3.connect(f"file:{self.folder / 'store.sqlite'}?mode=ro", uri=True,
+                                                  check_same_thread=False)
+        return db
+
+    @staticmethod
+    def _decode(data: str) -> Product:
+        r = json.loads(data)
+        return Product(asin=r[0], name=r[1], category=r[2], query=r[3], product_category=r[4], price=r[5],
+                       attributes=tuple(r[6]), options={k: tuple(v) for k, v in r[7]}, description=r[8],
+                       bullets=tuple(r[9]), rating=None, instruction=r[10], price_text=r[11])
+
+    def product(self, i: int) -> Product:
+        row = self._db().execute("SELECT data FROM products WHERE idx = ?", (int(i),)).fetchone()
+        if row is None:
+            raise IndexError(i)
+        return self._decode(row[0])
+
+    def asin_of(self, i: int) -> str:
+        return self.product(i).asin
+
+    def index_of(self, asin: str) -> int | None:
+        row = self._db().execute("SELECT idx FROM products WHERE asin = ?", (asin,)).fetchone()
+        if row is None and asin != asin.upper():
+            row = self._db().execute("SELECT idx FROM products WHERE asin = ?", (asin.upper(),)).fetchone()
+        return None if row is None else int(row[0])
+
+    def goal(self, j: int) -> Goal:
+        row = self._db().execute("SELECT data FROM goals WHERE gid = ?", (int(self._order[j]),)).fetchone()
+        i, opts, bound, instruction, attrs = json.loads(row[0])
+        p = self.product(i)
+        return Goal(asin=p.asin, instruction=instruction, attributes=tuple(attrs),
+                    options=dict(opts) if isinstance(opts, dict) else tuple(opts), price_upper=float(bound),
+                    query=p.query, name=p.name, product_category=p.product_category, category=p.category)
+
+    def iter_products(self) -> Iterator[Product]:
+        import sqlite3
+
+        db = sqlite3.connect(f"file:{self.folder / 'store.sqlite'}?mode=ro", uri=True)
+        try:
+            for (data,) in db.execute("SELECT data FROM products ORDER BY idx"):
+                yield self._decode(data)
+        finally:
+            db.close()

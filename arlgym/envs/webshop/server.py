@@ -9,8 +9,9 @@ search box is ``<input name="q">`` with a submit button. So the text a browser r
 equals the text env's observation (tested), and ``arlgym webshop serve`` lets a person shop.
 
 Routes: ``GET /`` (serve mode: a new session with a new goal, redirected to its page),
-``GET /s/<sid>`` (the page), ``GET /s/<sid>/search?q=…`` and ``GET /s/<sid>/act?a=…`` (apply, then
-redirect to the page). Sessions are forgotten when unused for ``ttl`` seconds or when more than
+``GET /s/<sid>`` (the page), ``GET /s/<sid>/search?q=…`` and ``GET /s/<sid>/act?a=…`` (apply and
+answer with the new page, one round trip; the page's links carry ``n=<step>``, and an action
+from an older page, e.g. a reload, is not applied twice). Sessions are forgotten when unused for ``ttl`` seconds or when more than
 ``max_sessions`` are held (least recently used first), so memory stays flat however many
 shoppers come; a forgotten session's pages answer 410. Sessions an env registers with
 ``pinned=True`` stay until the env forgets them.
@@ -45,7 +46,7 @@ def render_page(sid: str, session: ShopSession, step: int) -> str:
     clickables = set(session.clickables())
 
     def act_url(action: str) -> str:
-        return f"/s/{sid}/act?a={quote(action)}"
+        return f"/s/{sid}/act?a={quote(action)}&n={step}"
 
     product = session.product if session.page == "item" else None
     option_values = {v for vs in product.options.values() for v in vs} if product else set()
@@ -58,8 +59,8 @@ def render_page(sid: str, session: ShopSession, step: int) -> str:
                          f'data-text>{esc(chunk)}</a>')
         elif key == "search" and session.page == "search":
             parts.append(f'<form method="get" action="/s/{sid}/search"><span data-text>Search</span> '
-                         '<input name="q" type="text" size="60" autofocus> '
-                         '<button type="submit" data-click="search">Search</button></form>')
+                         f'<input name="q" type="text" size="60" autofocus><input type="hidden" name="n" '
+                         f'value="{step}"> <button type="submit" data-click="search">Search</button></form>')
         else:
             parts.append(f"<p data-text>{esc(chunk)}</p>")
     done = ""
@@ -68,7 +69,8 @@ def render_page(sid: str, session: ShopSession, step: int) -> str:
                 f'{esc(session.purchased)}: score {session.result.score:.2f}</p>')
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>WebShop</title><style>{_STYLE}"
             f"</style></head><body data-step='{step}'><div class='goal'>Instruction: "
-            f"{esc(session.goal.instruction)}</div>{''.join(parts)}{done}</body></html>")
+            f"{esc(session.goal.instruction)}</div>{''.join(parts)}{done}"
+            f"<script>history.replaceState(null, '', '/s/{sid}')</script></body></html>")
 
 
 class _Entry:
@@ -123,22 +125,25 @@ class ShopServer:
         if entry is None:
             return _reply("410 Gone" if self._known(sid) else "404 Not Found",
                           "this shopping session has expired or never existed")
-        if len(parts) == 2:
-            with entry.lock:
-                page = render_page(sid, entry.session, entry.step)
-            return "200 OK", [("Content-Type", "text/html; charset=utf-8"), ("Cache-Control", "no-store")], page.encode()
-        args = parse_qs(query)
-        if parts[2] == "search":
-            action = f"search[{args.get('q', [''])[0]}]"
-        elif parts[2] == "act":
-            action = args.get("a", [""])[0]
-        else:
-            return _reply("404 Not Found", "not found")
+        action = None
+        if len(parts) == 3:
+            args = parse_qs(query)
+            if parts[2] == "search":
+                action = f"search[{args.get('q', [''])[0]}]"
+            elif parts[2] == "act":
+                action = args.get("a", [""])[0]
+            else:
+                return _reply("404 Not Found", "not found")
+            rendered_at = args.get("n", [None])[0]
         with entry.lock:  # one action at a time per session; sessions run in parallel
-            if not entry.session.purchased:
-                entry.session.act(action)
-            entry.step += 1
-        return _redirect(f"/s/{sid}")
+            # an action from a page older than the current one (a reload, a double click) is
+            # not applied again; the page answers directly (no redirect round trip)
+            if action is not None and (rendered_at is None or rendered_at == str(entry.step)):
+                if not entry.session.purchased:
+                    entry.session.act(action)
+                entry.step += 1
+            page = render_page(sid, entry.session, entry.step)
+        return "200 OK", [("Content-Type", "text/html; charset=utf-8"), ("Cache-Control", "no-store")], page.encode()
 
     # ------------------------------------------------------------------ sessions
     def _known(self, sid: str) -> bool:

@@ -12,6 +12,20 @@ from arlgym.envs.webshop.env import REWARD_WIN, load_shop
 from arlgym.envs.webshop.server import ShopServer
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _own_cache(tmp_path_factory):
+    """Indexes and product stores go to a temporary cache, not the user's ~/.cache."""
+    import os
+
+    old = os.environ.get("ARLGYM_CACHE_DIR")
+    os.environ["ARLGYM_CACHE_DIR"] = str(tmp_path_factory.mktemp("arlgym-cache"))
+    yield
+    if old is None:
+        os.environ.pop("ARLGYM_CACHE_DIR", None)
+    else:
+        os.environ["ARLGYM_CACHE_DIR"] = old
+
+
 @pytest.fixture(scope="module")
 def server():
     srv = ShopServer().start()
@@ -35,13 +49,14 @@ def test_pages_carry_the_text_and_clickables_of_the_engine(server):
     sid = server.register(session)
     code, _, page = _get(server, f"/s/{sid}")
     assert code == 200 and 'name="q"' in page and session.goal.instruction in page
-    code, headers, _ = _get(server, f"/s/{sid}/search?q=green+tea")
-    assert code == 302 and headers["Location"] == f"/s/{sid}"
-    assert session.page == "results" and session.query == "green tea"
-    page = _get(server, f"/s/{sid}")[2]
+    code, _, page = _get(server, f"/s/{sid}/search?q=green+tea&n=0")
+    assert code == 200 and session.page == "results" and session.query == "green tea"
+    assert page == _get(server, f"/s/{sid}")[2]                       # the action answers with the page
     for clickable in session.clickables():
         assert f'data-click="{clickable.replace(">", "&gt;").replace("<", "&lt;")}"' in page
-    _get(server, f"/s/{sid}/act?a=click%5Bnext%20%3E%5D")
+    _get(server, f"/s/{sid}/act?a=click%5Bnext%20%3E%5D&n=1")
+    assert session.page_no == 2 and "data-step='2'" in _get(server, f"/s/{sid}")[2]
+    _get(server, f"/s/{sid}/act?a=click%5Bnext%20%3E%5D&n=1")          # a reload of an old page
     assert session.page_no == 2 and "data-step='2'" in _get(server, f"/s/{sid}")[2]
     assert _get(server, "/s/nosuchsession")[0] == 404
     assert _get(server, "/")[0] == 404  # no goal factory: not a public shop

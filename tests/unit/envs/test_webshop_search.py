@@ -21,6 +21,20 @@ from arlgym.envs.webshop.search import BM25, Analyzer, ProductIndex, build_bm25,
 from arlgym.errors import ConfigError, LevelFormatError
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _own_cache(tmp_path_factory):
+    """Indexes and product stores go to a temporary cache, not the user's ~/.cache."""
+    import os
+
+    old = os.environ.get("ARLGYM_CACHE_DIR")
+    os.environ["ARLGYM_CACHE_DIR"] = str(tmp_path_factory.mktemp("arlgym-cache"))
+    yield
+    if old is None:
+        os.environ.pop("ARLGYM_CACHE_DIR", None)
+    else:
+        os.environ["ARLGYM_CACHE_DIR"] = old
+
+
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
     monkeypatch.setenv("ARLGYM_CACHE_DIR", str(tmp_path / "cache"))
@@ -230,3 +244,53 @@ def test_bad_parameters_raise_config_errors_naming_them(kwargs, message):
 
 def test_numeric_strings_are_accepted_as_the_validation_layer_converts_them():
     assert len(gym.make("arl/WebShop-v0", num_products="200", catalog_seed="1").unwrapped.catalog.products) == 200
+
+
+def _as_official_files(catalog, folder):
+    """``catalog``'s products written in WebShop's file formats (items_shuffle / items_ins_v2)."""
+    products, ins = [], {}
+    for p in catalog.iter_products():
+        products.append({"asin": p.asin, "name": p.name, "pricing": f"${p.price:.2f}", "category": p.category,
+                         "query": p.query, "product_category": p.product_category,
+                         "full_description": p.description, "small_description": list(p.bullets),
+                         "customization_options": {k: [{"value": v, "image": None} for v in vs]
+                                                   for k, vs in p.options.items()}})
+        ins[p.asin] = {"instruction": p.instruction, "instruction_attributes": list(p.attributes),
+                       "attributes": list(p.attributes)}
+    (folder / "items_shuffle_1000.json").write_text(json.dumps(products))
+    (folder / "items_ins_v2_1000.json").write_text(json.dumps(ins))
+    return folder / "items_shuffle_1000.json", folder / "items_ins_v2_1000.json"
+
+
+def test_official_files_are_stored_once_read_lazily_and_goals_ordered_as_webshop(tmp_path, cache):
+    import random
+
+    from arlgym.envs.webshop.catalog import OfficialCatalog, goals_for
+
+    synthetic = generate_catalog(600, seed=7)
+    files = _as_official_files(synthetic, tmp_path)
+    catalog = load_official_catalog(*files)
+    assert isinstance(catalog, OfficialCatalog) and len(catalog.products) == 600
+    store = next(cache.glob("webshop/official-*/store.sqlite"))
+    stamp = store.stat().st_mtime_ns
+    again = load_official_catalog(*files)
+    assert store.stat().st_mtime_ns == stamp and len(again.goals) == len(catalog.goals)  # not rebuilt
+    # WebShop's order: every product's goals in file order, shuffled by random.seed(233)
+    rng = random.Random(0)
+    expected = [g for p in catalog.iter_products() for g in goals_for(p, rng)]
+    order = list(range(len(expected)))
+    random.Random(233).shuffle(order)
+    assert [catalog.goals[i].instruction for i in range(40)] == [expected[order[i]].instruction for i in range(40)]
+    p = catalog.products[17]
+    assert catalog.by_asin[p.asin] == p and p.asin in catalog.by_asin and "B0NOPE" not in catalog.by_asin
+    assert p.name == synthetic.products[17].name and p.options == synthetic.products[17].options
+    env = gym.make("arl/WebShop-v0", data_dir=str(tmp_path)).unwrapped
+    won = 0
+    for task_id in env.list_tasks("test", limit=20):
+        env.reset(options={"task_id": task_id})
+        for _ in range(env.max_steps):
+            _, _, term, trunc, info = env.step(env.expert_response())
+            if term or trunc:
+                break
+        won += info["won"]
+    assert won == 20

@@ -1,0 +1,273 @@
+"""WebShop at scale: catalog + index build (cold, and cached: a fresh process memory-mapping the
+disk cache), search p50/p99 against a plain in-memory BM25 baseline measured in the same run,
+env step p50/p99 of expert episodes, peak RSS; and the HTTP site under load (200 shoppers at
+once on loopback).
+
+    python bench/bench_webshop.py                      # 1k and 100k, plus the load test
+    python bench/bench_webshop.py --sizes 1000 100000 1181436   # WebShop's full size too
+    python bench/bench_webshop.py --no-load            # skip the server load test
+
+Every size runs in fresh worker processes with their own cache folder (cold = no cache; cached =
+a second process that finds it). The baseline is the index arlgym had before (an inverted index
+of Python dicts, no stemming), built in the same worker at 1k and 100k; at 1M it would need
+several GB of Python objects, so it is not built there. Timings are wall clock and, for search,
+also the thread's CPU time (the machine may be shared: CPU time is what a query costs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import resource
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter, defaultdict
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+# ----------------------------------------------------------------------------- baseline
+class PlainBM25:
+    """The baseline: arlgym's former index (Python dict postings, lower-case words, no stemming)."""
+
+    def __init__(self, docs: list[str], k1: float = 0.9, b: float = 0.4) -> None:
+        self.k1, self.b = k1, b
+        self.postings: dict[str, list[tuple[int, int]]] = defaultdict(list)
+        self.lengths = []
+        for i, text in enumerate(docs):
+            counts = Counter(re.findall(r"[a-z0-9]+", text.lower()))
+            self.lengths.append(sum(counts.values()))
+            for t, tf in counts.items():
+                self.postings[t].append((i, tf))
+        n = len(docs)
+        self.avg = sum(self.lengths) / max(1, n)
+        self.idf = {t: math.log(1 + (n - len(p) + 0.5) / (len(p) + 0.5)) for t, p in self.postings.items()}
+
+    def search(self, query: str, k: int = 50) -> list[int]:
+        scores: dict[int, float] = defaultdict(float)
+        for t in re.findall(r"[a-z0-9]+", query.lower()):
+            idf = self.idf.get(t)
+            if idf is None:
+                continue
+            for d, tf in self.postings[t]:
+                scores[d] += idf * tf * (self.k1 + 1) / (tf + self.k1 * (1 - self.b + self.b * self.lengths[d] / self.avg))
+        return [d for d, _ in sorted(scores.items(), key=lambda x: (-x[1], x[0]))[:k]]
+
+
+def _pct(values: list[float]) -> dict[str, float]:
+    a = np.asarray(values) * 1000
+    return {"p50_ms": round(float(np.percentile(a, 50)), 3), "p99_ms": round(float(np.percentile(a, 99)), 3),
+            "mean_ms": round(float(a.mean()), 3)}
+
+
+def _rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _queries(catalog, n: int) -> list[str]:
+    goals = [catalog.goals[i] for i in range(min(n, len(catalog.goals)))]
+    return ([re.split(r" with |, and price", g.instruction)[0] for g in goals]
+            + [g.name.lower() for g in goals[: n // 4]])
+
+
+# ----------------------------------------------------------------------------- workers
+def worker(n: int, mode: str, baseline: bool) -> dict:
+    """Runs in a fresh process: ``mode`` 'cold' (build + store) or 'cached' (load)."""
+    import gymnasium as gym
+
+    import arlgym  # noqa: F401
+    from arlgym.envs.webshop.env import load_shop
+
+    out: dict = {"n": n, "mode": mode}
+    t = time.perf_counter()
+    catalog, index = load_shop(None, n, 0)
+    out["start_s"] = round(time.perf_counter() - t, 3)
+    out["rss_after_start_mb"] = round(_rss_mb(), 1)
+    out["memmapped"] = isinstance(index.bm25.docs, np.memmap)
+    out["postings"] = int(len(index.bm25.docs))
+    if mode == "cold":
+        return out
+    queries = _queries(catalog, 400)
+    for q in queries[:20]:
+        index.search(q)
+    wall, cpu = [], []
+    for q in queries:
+        t, c = time.perf_counter(), time.thread_time()
+        index.search(q)
+        cpu.append(time.thread_time() - c)
+        wall.append(time.perf_counter() - t)
+    out["search_wall"], out["search_cpu"] = _pct(wall), _pct(cpu)
+    # env steps of expert episodes over test goals (search steps included)
+    env = gym.make("arl/WebShop-v0", num_products=n).unwrapped
+    steps, won, episodes = [], 0, 0
+    for task_id in env.list_tasks("test", limit=200):
+        env.reset(options={"task_id": task_id})
+        for _ in range(env.max_steps):
+            response = env.expert_response()
+            t = time.perf_counter()
+            _, _, term, trunc, info = env.step(response)
+            steps.append(time.perf_counter() - t)
+            if term or trunc:
+                break
+        won += bool(info["won"])
+        episodes += 1
+    out["step"] = _pct(steps)
+    out["expert_won"] = f"{won}/{episodes}"
+    top = [catalog.goals[i].asin in index.search(q)[:50] for i, q in enumerate(queries[:200])]
+    out["request_top50"] = round(float(np.mean(top)), 3)
+    out["rss_peak_mb"] = round(_rss_mb(), 1)
+    if baseline:
+        from arlgym.envs.webshop.search import product_document
+
+        t = time.perf_counter()
+        plain = PlainBM25([product_document(p) for p in catalog.iter_products()])
+        out["baseline_build_s"] = round(time.perf_counter() - t, 2)
+        wall, cpu = [], []
+        for q in queries:
+            t, c = time.perf_counter(), time.thread_time()
+            plain.search(q)
+            cpu.append(time.thread_time() - c)
+            wall.append(time.perf_counter() - t)
+        out["baseline_search_wall"], out["baseline_search_cpu"] = _pct(wall), _pct(cpu)
+        out["rss_with_baseline_mb"] = round(_rss_mb(), 1)
+    return out
+
+
+def run_worker(args: list[str], cache: str) -> dict:
+    env = {**os.environ, "ARLGYM_CACHE_DIR": cache, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, __file__, "--worker", *args], capture_output=True, text=True,
+                          env=env, timeout=3600)
+    if done.returncode:
+        raise RuntimeError(done.stderr[-3000:])
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+# ----------------------------------------------------------------------------- load test
+def load_test(shoppers: int = 200, threads: int = 8) -> dict:
+    """``shoppers`` clients start at once (a barrier), each: visit / (a new goal), search its
+    request, open the first result, buy. Every request's latency is recorded; every page is
+    checked to belong to its own session (goal text and query)."""
+    import http.client
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cache = tempfile.mkdtemp(prefix="arlgym-bench-")
+    server = subprocess.Popen([sys.executable, "-m", "arlgym.cli", "webshop", "serve", "--port", str(port),
+                               "--split", "train", "--threads", str(threads)],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              env={**os.environ, "ARLGYM_CACHE_DIR": cache, "OMP_NUM_THREADS": "1"})
+    try:
+        for _ in range(600):
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                    break
+            except OSError:
+                time.sleep(0.05)
+        latencies: list[float] = []
+        leaks: list[str] = []
+        errors: list[str] = []
+        lock = threading.Lock()
+        barrier = threading.Barrier(shoppers)
+
+        def get(conn: http.client.HTTPConnection, path: str) -> tuple[int, str, str]:
+            t = time.perf_counter()
+            conn.request("GET", path)
+            r = conn.getresponse()
+            body = r.read().decode()
+            with lock:
+                latencies.append(time.perf_counter() - t)
+            return r.status, r.getheader("Location") or "", body
+
+        def shopper(i: int) -> None:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+            try:
+                barrier.wait()
+                status, location, _ = get(conn, "/")
+                sid = location.rsplit("/", 1)[-1]
+                _, _, page = get(conn, location)
+                goal = re.search(r"Instruction: (.*?)</div>", page).group(1)
+                request = re.split(r" with |, and price", goal)[0]
+                from urllib.parse import quote
+
+                _, _, page = get(conn, f"/s/{sid}/search?q={quote(request)}")
+                if f"Instruction: {goal}</div>" not in page or "Total results" not in page:
+                    with lock:
+                        leaks.append(f"shopper {i}: results page is not its own")
+                first = re.search(r'data-click="(b0[0-9a-z]+)"', page)
+                if first:
+                    _, _, page = get(conn, f"/s/{sid}/act?a={quote(f'click[{first.group(1)}]')}")
+                    if f"Instruction: {goal}</div>" not in page or "Buy Now" not in page:
+                        with lock:
+                            leaks.append(f"shopper {i}: item page is not its own")
+                    _, _, page = get(conn, f"/s/{sid}/act?a={quote('click[buy now]')}")
+                    if "data-score" not in page or f"Instruction: {goal}</div>" not in page:
+                        with lock:
+                            leaks.append(f"shopper {i}: no score of its own purchase")
+            except Exception as e:  # noqa: BLE001 - counted and reported
+                with lock:
+                    errors.append(f"shopper {i}: {type(e).__name__}: {e}")
+            finally:
+                conn.close()
+
+        def cpu_s() -> float:  # the server process's user + system CPU time
+            fields = open(f"/proc/{server.pid}/stat").read().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+        workers = [threading.Thread(target=shopper, args=(i,)) for i in range(shoppers)]
+        cpu0 = cpu_s()
+        t = time.perf_counter()
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        total = time.perf_counter() - t
+        server_cpu = cpu_s() - cpu0
+        return {"shoppers": shoppers, "server_threads": threads, "requests": len(latencies),
+                "request": _pct(latencies), "wall_s": round(total, 2),
+                "server_cpu_ms_per_request": round(1000 * server_cpu / max(1, len(latencies)), 3),
+                "cross_session_leaks": len(leaks),
+                "errors": len(errors), "first_errors": errors[:3]}
+    finally:
+        server.terminate()
+        server.wait(10)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 100_000])
+    parser.add_argument("--no-load", action="store_true", help="skip the server load test")
+    parser.add_argument("--shoppers", type=int, default=200)
+    parser.add_argument("--threads", type=int, default=8, help="server threads in the load test")
+    parser.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        n, mode, baseline = int(args.worker[0]), args.worker[1], args.worker[2] == "1"
+        print(json.dumps(worker(n, mode, baseline)))
+        return
+    print(f"# bench_webshop  cpus={os.cpu_count()}  load average={os.getloadavg()[0]:.2f}", flush=True)
+    results = []
+    for n in args.sizes:
+        cache = tempfile.mkdtemp(prefix="arlgym-bench-")
+        cold = run_worker([str(n), "cold", "0"], cache)
+        cached = run_worker([str(n), "cached", "1" if n <= 100_000 else "0"], cache)
+        row = {"n": n, "cold_start_s": cold["start_s"], "cold_rss_mb": cold["rss_after_start_mb"],
+               "cached_start_s": cached["start_s"], **{k: v for k, v in cached.items() if k not in ("n", "mode")}}
+        results.append(row)
+        print(json.dumps(row), flush=True)
+    if not args.no_load:
+        print(json.dumps({"load": load_test(args.shoppers, args.threads)}), flush=True)
+    print(f"# load average at the end={os.getloadavg()[0]:.2f}")
+
+
+if __name__ == "__main__":
+    main()
