@@ -162,17 +162,30 @@ def save_jsonl(trajectories: Iterable[Trajectory], path: str | Path, append: boo
 
 
 def iter_jsonl(path: str | Path) -> Iterator[Trajectory]:
-    """Read trajectories back; a torn last line (crash mid-write) is skipped."""
-    with Path(path).open(encoding="utf-8") as fh:
-        for line in fh:
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                data = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            yield Trajectory.from_dict(data)
+    """Read trajectories back; a torn line (crash mid-write) is skipped. A file that is not
+    UTF-8, or a JSON line that is no trajectory, raises ConfigError naming file and line."""
+    from arlgym.errors import ConfigError
+
+    n = 0
+    try:
+        with Path(path).open(encoding="utf-8") as fh:
+            for n, line in enumerate(fh, 1):  # noqa: B007 - n is read in the except clause
+                line = line.strip()
+                if not line:
+                    continue
+                try:
+                    data = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                try:
+                    traj = Trajectory.from_dict(data)
+                except (TypeError, ValueError, AttributeError) as e:
+                    raise ConfigError(f"{path}:{n}: not a trajectory written by arlgym ({e}). Fix: "
+                                      "give an episodes JSONL of `arlgym eval` / save_jsonl") from None
+                yield traj
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: not UTF-8 text ({e.reason}, after line {n}). Fix: give an "
+                          "episodes JSONL of `arlgym eval` / save_jsonl") from None
 
 
 def load_jsonl(path: str | Path) -> list[Trajectory]:

@@ -52,7 +52,14 @@ def _cmd_stats(args: argparse.Namespace) -> int:
         out = out.parent
     if not (out / "samples.jsonl").exists():
         raise ArlgymError(f"no samples.jsonl in {out}; run `arlgym-sft collect` first")
-    print(json.dumps(dataset_stats(out, tokenizer), indent=2))
+    try:
+        stats = dataset_stats(out, tokenizer)
+    except (UnicodeDecodeError, TypeError, KeyError, AttributeError, ValueError):
+        from arlgym.sft.train import _read_samples
+
+        _read_samples(out / "samples.jsonl")  # names the file and line of the bad sample
+        raise
+    print(json.dumps(stats, indent=2))
     return 0
 
 

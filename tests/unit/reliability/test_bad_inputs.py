@@ -520,6 +520,19 @@ for cid, argv, needs in [
 case("cli-arlgym-human-stdin-closed",
      _main(ARL, [*PLAY, "--policy", "human", "--episodes", "1"], stdin=""), "stdin",
      cli="arlgym")
+case("cli-arlgym-patterns-not-utf8",
+     lambda tmp: _main(ARL, ["patterns", str(write(tmp, "b.jsonl", b"\xff\xfe\x00"))])(tmp),
+     "b.jsonl", cli="arlgym")
+case("cli-arlgym-patterns-not-trajectory",
+     lambda tmp: _main(ARL, ["patterns", str(write(tmp, "t.jsonl", '[1, 2]\n'))])(tmp),
+     "t.jsonl:1", cli="arlgym")
+case("cli-sft-stats-not-utf8",
+     lambda tmp: (write(tmp / "s", "samples.jsonl", b"\xff\xfe"),
+                  _main(SFT, ["stats", str(tmp / "s")])(tmp))[1], "samples.jsonl", cli="arlgym-sft")
+case("cli-sft-stats-bad-line",
+     lambda tmp: (write(tmp / "s", "samples.jsonl", '{"x": 1}\n'),
+                  _main(SFT, ["stats", str(tmp / "s")])(tmp))[1], "samples.jsonl:1",
+     cli="arlgym-sft")
 case("cli-arlgym-patterns-empty",
      lambda tmp: _main(ARL, ["patterns", str(write(tmp, "e.jsonl", "\n"))])(tmp), "e.jsonl",
      cli="arlgym")
