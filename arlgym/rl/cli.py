@@ -12,7 +12,7 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from arlgym.core.validation import check_env_kwargs, did_you_mean
+from arlgym.core.validation import did_you_mean
 from arlgym.errors import ArlgymError, ConfigError
 from arlgym.rl.config import TrainConfig
 
@@ -95,8 +95,7 @@ def parse_train_config(argv: list[str] | None = None) -> TrainConfig:
 def main(argv: list[str] | None = None) -> int:
     try:
         cfg = parse_train_config(argv)
-        check_env_kwargs(cfg.env_id, cfg.env_kwargs, where="trainer config")  # before the model
-        from arlgym.rl.trainer import Trainer
+        from arlgym.rl.trainer import Trainer  # checks the env kwargs before it loads a model
 
         trainer = Trainer(cfg)
         history = trainer.train()

@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from arlgym.core.validation import check_env_kwargs
 from arlgym.envs import env_family as family_of
 from arlgym.errors import ConfigError
 from arlgym.rl.advantages import advantage_metrics, compute_advantages
@@ -191,6 +192,7 @@ class Trainer:
         if cfg.torch_threads:
             torch.set_num_threads(cfg.torch_threads)
         self.algo = resolve_algorithm(cfg)
+        check_env_kwargs(cfg.env_id, cfg.env_kwargs, where="trainer config")  # before the model
         self.out = Path(cfg.output_dir)
         log_with = None if cfg.log_with in ("none", "", None) else cfg.log_with
         self.accelerator = Accelerator(
