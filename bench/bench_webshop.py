@@ -79,16 +79,16 @@ def _queries(catalog, n: int) -> list[str]:
 
 
 # ----------------------------------------------------------------------------- workers
-def worker(n: int, mode: str, baseline: bool) -> dict:
+def worker(n: int, mode: str, baseline: bool, data_dir: str | None = None) -> dict:
     """Runs in a fresh process: ``mode`` 'cold' (build + store) or 'cached' (load)."""
     import gymnasium as gym
 
     import arlgym  # noqa: F401
     from arlgym.envs.webshop.env import load_shop
 
-    out: dict = {"n": n, "mode": mode}
+    out: dict = {"n": n, "mode": mode, "source": "official files" if data_dir else "synthetic"}
     t = time.perf_counter()
-    catalog, index = load_shop(None, n, 0)
+    catalog, index = load_shop(data_dir, n, 0)
     out["start_s"] = round(time.perf_counter() - t, 3)
     out["rss_after_start_mb"] = round(_rss_mb(), 1)
     out["memmapped"] = isinstance(index.bm25.docs, np.memmap)
@@ -106,7 +106,7 @@ def worker(n: int, mode: str, baseline: bool) -> dict:
         wall.append(time.perf_counter() - t)
     out["search_wall"], out["search_cpu"] = _pct(wall), _pct(cpu)
     # env steps of expert episodes over test goals (search steps included)
-    env = gym.make("arl/WebShop-v0", num_products=n).unwrapped
+    env = gym.make("arl/WebShop-v0", num_products=n, data_dir=data_dir).unwrapped
     steps, won, episodes = [], 0, 0
     for task_id in env.list_tasks("test", limit=200):
         env.reset(options={"task_id": task_id})
@@ -139,6 +139,31 @@ def worker(n: int, mode: str, baseline: bool) -> dict:
         out["baseline_search_wall"], out["baseline_search_cpu"] = _pct(wall), _pct(cpu)
         out["rss_with_baseline_mb"] = round(_rss_mb(), 1)
     return out
+
+
+def write_official_files(n: int, folder: str) -> str:
+    """The synthetic catalog of ``n`` products written as WebShop's items_shuffle.json and
+    items_ins_v2.json (streamed out, product by product)."""
+    from arlgym.envs.webshop.catalog import generate_catalog
+
+    catalog = generate_catalog(n)
+    with open(os.path.join(folder, "items_shuffle.json"), "w") as fp, \
+            open(os.path.join(folder, "items_ins_v2.json"), "w") as fi:
+        fp.write("[")
+        fi.write("{")
+        for i, p in enumerate(catalog.iter_products()):
+            sep = ",\n" if i else "\n"
+            fp.write(sep + json.dumps({
+                "asin": p.asin, "name": p.name, "pricing": f"${p.price:.2f}", "category": p.category,
+                "query": p.query, "product_category": p.product_category, "full_description": p.description,
+                "small_description": list(p.bullets),
+                "customization_options": {k: [{"value": v, "image": None} for v in vs] for k, vs in p.options.items()}}))
+            fi.write(sep + json.dumps(p.asin) + ": " + json.dumps({
+                "instruction": p.instruction, "instruction_attributes": list(p.attributes),
+                "attributes": list(p.attributes)}))
+        fp.write("\n]")
+        fi.write("\n}")
+    return folder
 
 
 def run_worker(args: list[str], cache: str) -> dict:
@@ -246,13 +271,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 100_000])
     parser.add_argument("--no-load", action="store_true", help="skip the server load test")
+    parser.add_argument("--official", type=int, nargs="*", default=[],
+                        help="also load WebShop-format product files of these sizes (written from the "
+                             "synthetic catalog): the streamed, on-disk official path")
     parser.add_argument("--shoppers", type=int, default=200)
     parser.add_argument("--threads", type=int, default=8, help="server threads in the load test")
     parser.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         n, mode, baseline = int(args.worker[0]), args.worker[1], args.worker[2] == "1"
-        print(json.dumps(worker(n, mode, baseline)))
+        print(json.dumps(worker(n, mode, baseline, args.worker[3] if len(args.worker) > 3 else None)))
         return
     print(f"# bench_webshop  cpus={os.cpu_count()}  load average={os.getloadavg()[0]:.2f}", flush=True)
     results = []
@@ -263,6 +291,16 @@ def main() -> None:
         row = {"n": n, "cold_start_s": cold["start_s"], "cold_rss_mb": cold["rss_after_start_mb"],
                "cached_start_s": cached["start_s"], **{k: v for k, v in cached.items() if k not in ("n", "mode")}}
         results.append(row)
+        print(json.dumps(row), flush=True)
+    for n in args.official:
+        cache = tempfile.mkdtemp(prefix="arlgym-bench-")
+        folder = write_official_files(n, tempfile.mkdtemp(prefix="arlgym-bench-data-"))
+        size_mb = sum(os.path.getsize(os.path.join(folder, f)) for f in os.listdir(folder)) / 2**20
+        cold = run_worker([str(n), "cold", "0", folder], cache)
+        cached = run_worker([str(n), "cached", "0", folder], cache)
+        row = {"n": n, "files_mb": round(size_mb, 1), "cold_start_s": cold["start_s"],
+               "cold_rss_mb": cold["rss_after_start_mb"], "cached_start_s": cached["start_s"],
+               **{k: v for k, v in cached.items() if k not in ("n", "mode")}}
         print(json.dumps(row), flush=True)
     if not args.no_load:
         print(json.dumps({"load": load_test(args.shoppers, args.threads)}), flush=True)

@@ -7,10 +7,12 @@ purchase score (:func:`~arlgym.envs.webshop.reward.purchase_score`), ``won`` is 
 An action that is not ``search[...]``/``click[...]`` of an element on the page is a no-op with
 ``action_valid=False``. 15 steps (Table 6), 2-turn history window.
 
-Data: a seeded synthetic catalog (1,000 products in WebShop's five categories, two goals each)
-by default, built in ~0.3 s and shared by every env in the process; ``data_dir=`` a folder with
-WebShop's ``items_shuffle_1000.json`` and ``items_ins_v2_1000.json`` (or the full-size files)
-loads the official products, with goals synthesised as WebShop does.
+Data: a seeded synthetic catalog (``num_products``: 1,000 by default, up to WebShop's full
+1.18M; WebShop's five categories, two goals a product) or ``data_dir=`` a folder with WebShop's
+``items_shuffle_1000.json`` and ``items_ins_v2_1000.json`` (or the full-size files), read with
+WebShop's conventions, with its synthetic or (``goal_source="human"``) human goals. The catalog
+and its search index are built once per process and shared by every env; the index is also
+cached on disk (:func:`~arlgym.envs.webshop.search.shared_index`).
 
 Splits over the goal list (shuffled with WebShop's fixed seed 233, so they are the same in every
 process): ``test`` = the first 500 goals (WebShop / verl-agent), ``val`` = the next 100,

@@ -27,7 +27,7 @@ import shutil
 import tempfile
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -363,7 +363,3 @@ def _clear_shared() -> None:
     """Forget the in-process indexes (tests)."""
     with _SHARED_LOCK:
         _SHARED.clear()
-
-
-def search_many(index: ProductIndex, queries: Sequence[str], k: int = SEARCH_RETURN_N) -> list[list[str]]:
-    return [index.search(q, k) for q in queries]
