@@ -56,8 +56,12 @@ def _cmd_envs(args: argparse.Namespace) -> int:
 def _policy(spec: str, seed: int):
     """The policy a spec names; ``--seed`` seeds the random policy's own RNG too, so a random
     baseline is reproducible like everything else (model policies take it per request)."""
+    from arlgym.errors import ConfigError
     from arlgym.policies import make_policy
 
+    if spec == "human" and (sys.stdin is None or sys.stdin.closed):
+        raise ConfigError("--policy human reads moves from standard input, which is closed. Fix: "
+                          "run it in a terminal, or pipe one move per line into it")
     return make_policy(spec, seed=seed) if spec == "random" else make_policy(spec)
 
 

@@ -520,6 +520,17 @@ for cid, argv, needs in [
 case("cli-arlgym-human-stdin-closed",
      _main(ARL, [*PLAY, "--policy", "human", "--episodes", "1"], stdin=""), "stdin",
      cli="arlgym")
+
+
+def _no_stdin(tmp: Path) -> Any:
+    old, sys.stdin = sys.stdin, None
+    try:
+        return _main(ARL, [*PLAY, "--policy", "human", "--episodes", "1"])(tmp)
+    finally:
+        sys.stdin = old
+
+
+case("cli-arlgym-human-no-stdin", _no_stdin, "standard input", cli="arlgym")
 case("cli-arlgym-patterns-not-utf8",
      lambda tmp: _main(ARL, ["patterns", str(write(tmp, "b.jsonl", b"\xff\xfe\x00"))])(tmp),
      "b.jsonl", cli="arlgym")
