@@ -211,6 +211,8 @@ class RolloutCollector:
             hung (``None``: wait for ever).
         max_group_retries: replays allowed per group and ``collect``; a group interrupted more
             often is dropped whole (never returned half-played). Counted in :meth:`pop_metrics`.
+        max_worker_restarts: worker replacements allowed over the collector's life; one more
+            failure raises :class:`~arlgym.errors.WorkerError` (something is wrong for good).
     """
 
     def __init__(
@@ -229,6 +231,7 @@ class RolloutCollector:
         restart: bool = True,
         worker_timeout: float | None = 300.0,
         max_group_retries: int = 2,
+        max_worker_restarts: int = 10,
     ) -> None:
         self.env_id = env_id
         self.policy = policy
@@ -236,7 +239,8 @@ class RolloutCollector:
         self.progress = progress
         self.vec: GroupVecEnv = make_group_vec(
             env_id, num_tasks, group_size, seed, mode=mode, num_workers=num_workers,
-            restart=restart, timeout=worker_timeout, **(env_kwargs or {}),
+            restart=restart, timeout=worker_timeout, max_restarts=max_worker_restarts,
+            **(env_kwargs or {}),
         )
         self.max_group_retries = check_int("max_group_retries", max_group_retries, min=0)
         #: groups replayed / dropped after a worker failure, since the last ``pop_metrics``

@@ -759,6 +759,7 @@ def make_group_vec(
     num_workers: int | None = None,
     timeout: float | None = 300.0,
     restart: bool = False,
+    max_restarts: int = 3,
     context: str | None = None,
     **kwargs: Any,
 ) -> GroupVecEnv:
@@ -776,6 +777,7 @@ def make_group_vec(
             :class:`WorkerError` is raised (``None``: wait for ever).
         restart: async mode: replace a dead or hung worker and raise :class:`WorkerRestarted`
             (its groups must be replayed) instead of :class:`WorkerError`.
+        max_restarts: async mode: worker replacements allowed over the vector's life.
         context: async mode: multiprocessing start method (``spawn``, ``forkserver``, ``fork``;
             default :data:`DEFAULT_CONTEXT`).
         **kwargs: passed to ``gymnasium.make`` for every env.
@@ -803,4 +805,5 @@ def make_group_vec(
     if mode == "sync":
         return SyncGroupVecEnv(factories, num_tasks, group_size, seed)
     return AsyncGroupVecEnv(factories, num_tasks, group_size, seed, num_workers=num_workers,
-                            context=context, timeout=timeout, restart=restart)
+                            context=context, timeout=timeout, restart=restart,
+                            max_restarts=max_restarts)
