@@ -253,6 +253,7 @@ def _check_names(cfg: TrainConfig) -> None:
                            ("advantage", ADVANTAGES)):
         check_choice(name, getattr(cfg, name), registry.names(), allow_none=True, where=_WHERE)
     check_choice("norm", cfg.norm, list(NORM_MODES), allow_none=True, where=_WHERE)
+    _check_knobs(cfg, PRESETS, ADVANTAGES, LOSSES)
     import gymnasium as gym
 
     import arlgym  # noqa: F401  (registers the env ids)
@@ -260,3 +261,42 @@ def _check_names(cfg: TrainConfig) -> None:
     known = sorted(k for k in gym.registry if k.startswith("arl/"))
     if cfg.env_id not in gym.registry:
         check_choice("env_id", cfg.env_id, known, where=_WHERE)
+
+
+def _keyword_names(fn: Any, open_ok: bool = False) -> set[str] | None:
+    """Keyword-only parameter names of ``fn``; None when it also takes ``**kwargs`` (unless
+    ``open_ok``: then the named ones)."""
+    import inspect
+
+    params = inspect.signature(fn).parameters.values()
+    if not open_ok and any(p.kind is p.VAR_KEYWORD for p in params):
+        return None
+    return {p.name for p in params if p.kind is p.KEYWORD_ONLY}
+
+
+def _check_knobs(cfg: TrainConfig, presets: Any, advantages: Any, losses: Any) -> None:
+    """The keys of ``loss_kwargs``/``advantage_kwargs`` must be knobs of the chosen loss and
+    estimator (or of ``policy_loss``/``compute_advantages``), else a typo would only surface
+    after the model is loaded and a whole rollout is played."""
+    from arlgym.core.validation import did_you_mean
+    from arlgym.rl.advantages import compute_advantages
+    from arlgym.rl.losses import policy_loss
+
+    preset = presets[cfg.algo]
+    tensors = {"ref_logp", "entropy", "global_tokens", "num_seqs"}
+    checks = [
+        ("loss_kwargs", cfg.loss or preset["loss"]["name"], losses, policy_loss, tensors),
+        ("advantage_kwargs", cfg.advantage or preset["advantage"]["name"], advantages,
+         compute_advantages, set()),
+    ]
+    for field_name, name, registry, front, skip in checks:
+        own = _keyword_names(registry.get(name))
+        common = _keyword_names(front, open_ok=True) or set()
+        if own is None:
+            continue
+        allowed = sorted((own | common) - skip)
+        for key in getattr(cfg, field_name):
+            if key not in allowed:
+                raise ConfigError(
+                    f"{_WHERE}: {field_name} has an unknown knob {key!r} for {name!r}"
+                    f"{did_you_mean(key, allowed)}. Fix: use only {', '.join(allowed)}.")

@@ -392,6 +392,10 @@ for field_name, value in [
 ]:
     case(f"trainconfig-{field_name}-{value!r}", _train_config(**{field_name: value}), field_name)
 case("trainconfig-save_best-without-eval", _train_config(save_best=True), "eval_steps")
+case("trainconfig-loss_kwargs-unknown-knob", _train_config(loss_kwargs={"sapo_tau": 1.0}),
+     "loss_kwargs", "sapo_tau")
+case("trainconfig-advantage_kwargs-typo", _train_config(advantage_kwargs={"cros_steps": True}),
+     "advantage_kwargs", "cross_steps")
 
 
 def _yaml(text: str | bytes, name: str = "cfg.yaml") -> Callable[[Path], Any]:
