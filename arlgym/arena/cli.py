@@ -112,6 +112,12 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
     folder = write_report(args.outs, checkpoint=args.checkpoint, report_dir=args.report_dir)
     print((folder / "table.md").read_text())
+    import json
+
+    skipped = json.loads((folder / "report.json").read_text())["skipped_unfinished"]
+    if skipped:
+        print(f"left out {len(skipped)} unfinished run(s) (no test eval yet): "
+              + ", ".join(Path(p).parent.name + "/" + Path(p).name for p in skipped))
     print(f"report: {folder / 'index.html'}")
     return 0
 

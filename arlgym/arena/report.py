@@ -111,8 +111,13 @@ def _read_rows(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def load_runs(outs: Sequence[str | Path]) -> list[RunResult]:
-    """Every run folder (``*/seed-*/config.json``) under the given grid folders."""
+def load_runs(outs: Sequence[str | Path], skipped: list[str] | None = None) -> list[RunResult]:
+    """Every finished run folder (``*/seed-*/config.json``) under the given grid folders.
+
+    A run that asked for a final test eval (``test_episodes``) but has none yet is still
+    running (or was interrupted): it is left out, and its folder appended to ``skipped``, so a
+    report of a grid in progress shows the runs that are done.
+    """
     runs = []
     for out in outs:
         root = Path(out)
@@ -127,14 +132,18 @@ def load_runs(outs: Sequence[str | Path]) -> list[RunResult]:
                 p = folder / "eval" / f"test-{name}.summary.json"
                 if p.exists():
                     evals[name] = json.loads(p.read_text())
+            if int(config.get("test_episodes") or 0) > 0 and "last" not in evals:
+                if skipped is not None:
+                    skipped.append(str(folder))
+                continue
             rows = _read_rows(folder / "metrics.jsonl")
             runs.append(RunResult(folder=folder, label=folder.parent.name,
                                   algo=config.get("algo", folder.parent.name.split("__")[0]),
                                   seed=int(config.get("seed", 0)), config=config, rows=rows,
                                   evals=evals, collapse=detect_collapse(rows)))
     if not runs:
-        raise ConfigError(f"arena report: no runs under {', '.join(map(str, outs))} "
-                          "(expected <out>/<method>/seed-<n>/config.json)")
+        raise ConfigError(f"arena report: no finished runs under {', '.join(map(str, outs))} "
+                          "(expected <out>/<method>/seed-<n>/config.json with its test eval)")
     return runs
 
 
@@ -463,7 +472,8 @@ def write_report(outs: Sequence[str | Path], checkpoint: str = "auto",
     """Everything in the module docstring; returns the report folder."""
     if checkpoint not in ("auto", "best", "last"):
         raise ConfigError(f"--checkpoint must be auto, best or last, got {checkpoint!r}")
-    runs = load_runs(outs)
+    skipped: list[str] = []
+    runs = load_runs(outs, skipped)
     folder = Path(report_dir) if report_dir else Path(outs[0]) / "report"
     folder.mkdir(parents=True, exist_ok=True)
     table = build_table(runs, checkpoint)
@@ -477,6 +487,7 @@ def write_report(outs: Sequence[str | Path], checkpoint: str = "auto",
     flows = write_flows(runs, folder, checkpoint)
     report = {
         "table": table,
+        "skipped_unfinished": skipped,
         "runs": [{"run": f"{r.label}/seed-{r.seed}", "folder": str(r.folder), "algo": r.algo,
                   "seed": r.seed, "env_id": r.env_id, "config_hash": r.config_hash,
                   "panel_hash": r.panel_hash, "steps": len(r.rows),

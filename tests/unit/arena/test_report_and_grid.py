@@ -92,7 +92,7 @@ def test_report_files_and_collapse_verdict(tmp_path):
 def test_load_runs_errors(tmp_path):
     with pytest.raises(ConfigError, match="not a folder"):
         load_runs([tmp_path / "nope"])
-    with pytest.raises(ConfigError, match="no runs"):
+    with pytest.raises(ConfigError, match="no finished runs"):
         load_runs([tmp_path])
 
 
@@ -135,3 +135,18 @@ def test_print_commands_write_configs(tmp_path):
     (ck / "trainer_state.json").write_text('{"step": 1}')
     print_commands(spec)
     assert yaml.safe_load((tmp_path / "grpo" / "seed-3" / "train.yaml").read_text())["resume"] is True
+
+
+def test_unfinished_runs_are_left_out(tmp_path):
+    make_run(tmp_path, "grpo", 0, 0.5)
+    running = make_run(tmp_path, "sampo", 0, 0.5)
+    cfg = json.loads((running / "config.json").read_text())
+    cfg["config"]["test_episodes"] = 100
+    (running / "config.json").write_text(json.dumps(cfg))
+    for f in (running / "eval").iterdir():
+        f.unlink()
+    skipped: list[str] = []
+    runs = load_runs([tmp_path], skipped)
+    assert [r.label for r in runs] == ["grpo"] and skipped == [str(running)]
+    report = json.loads((write_report([tmp_path]) / "report.json").read_text())
+    assert report["skipped_unfinished"] == [str(running)]
