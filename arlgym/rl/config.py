@@ -126,6 +126,11 @@ class TrainConfig:
                                              "are all equal and re-roll.")
     max_tries: int | None = _f(None, "Dynamic sampling rollouts per step at most (Table 6: 3).")
     cold_start_steps: int | None = _f(None, "Steps before dynamic sampling starts filtering.")
+    is_band: float | None = _f(0.2, "epsilon of the band of the is/ telemetry (is/out_low_neg_adv_frac, "
+                                    "is/out_high_pos_adv_frac: the paper's Fig. 3 signal and the "
+                                    "collapse alarm's), the same for every preset so that runs are "
+                                    "comparable (CISPO's own lower clip, 1.0, would never count a "
+                                    "token); null: each loss's own clips.")
     loss_kwargs: dict = _f({}, "Extra loss knobs, e.g. {\"sapo_tau_pos\": 1.0} (override preset).")
     advantage_kwargs: dict = _f({}, "Extra advantage knobs, e.g. {\"cross_steps\": true}.")
 
@@ -149,6 +154,8 @@ class TrainConfig:
                               f"{self.vllm_gpu_memory_utilization}")
         if self.lora_r < 0:
             raise ConfigError(f"lora_r must be >= 0, got {self.lora_r}")
+        if self.is_band is not None and not 0.0 < self.is_band < 1.0:
+            raise ConfigError(f"is_band must be in (0, 1) or null, got {self.is_band}")
         if self.test_episodes < 0:
             raise ConfigError(f"test_episodes must be >= 0, got {self.test_episodes}")
         if self.episode_norm not in (None, "turns", "trajectories"):

@@ -467,6 +467,9 @@ class Trainer:
         cfg, acc = self.cfg, self.accelerator
         loss_kw = policy_loss_kwargs(self.algo)
         name = loss_kw.pop("name")
+        if cfg.is_band is not None:  # one telemetry band for every preset (comparable runs)
+            loss_kw.setdefault("is_clip_low", cfg.is_band)
+            loss_kw.setdefault("is_clip_high", cfg.is_band)
         world = acc.num_processes
         gen = torch.Generator().manual_seed(cfg.seed * 31 + self.step)
         sums: dict[str, float] = {}

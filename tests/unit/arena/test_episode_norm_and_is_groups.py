@@ -60,3 +60,19 @@ def test_policy_loss_logs_is_groups_when_given_entropy():
     assert {f"is_groups/{x}/tokens" for x in IS_GROUPS} <= set(metrics)
     _, metrics = policy_loss("ppo_clip", logp, logp, torch.tensor([1.0, -1.0]), torch.ones(2, 3))
     assert not any(k.startswith("is_groups/") for k in metrics)
+
+
+def test_is_band_is_common_and_checked():
+    assert TrainConfig().is_band == 0.2
+    for bad in (0.0, 1.0, -0.1):
+        with pytest.raises(ConfigError, match="is_band"):
+            TrainConfig(is_band=bad)
+    # CISPO's own lower clip (1.0) would never count a token below the band
+    logp = torch.log(torch.full((1, 4), 0.1))
+    old = torch.log(torch.full((1, 4), 0.5))  # ratio 0.2 < 1 - 0.2
+    adv = torch.tensor([-1.0])
+    _, own = policy_loss("cispo", logp, old, adv, torch.ones(1, 4), clip_low=1.0, clip_high=0.2)
+    _, common = policy_loss("cispo", logp, old, adv, torch.ones(1, 4), clip_low=1.0, clip_high=0.2,
+                            is_clip_low=0.2, is_clip_high=0.2)
+    assert float(own["is/out_low_neg_adv_frac"]) == 0.0
+    assert float(common["is/out_low_neg_adv_frac"]) == 1.0
