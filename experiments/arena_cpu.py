@@ -55,14 +55,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--steps", type=int, default=12, help="optimizer steps of every run (the budget)")
     ap.add_argument("--demos", type=int, default=2000)
     ap.add_argument("--sft-steps", type=int, default=250, help="short on purpose: a weak start")
-    ap.add_argument("--lr", type=float, default=1e-4)
+    ap.add_argument("--lr", type=float, default=2e-4)
     ap.add_argument("--num-tasks", type=int, default=8)
     ap.add_argument("--group-size", type=int, default=4)
     ap.add_argument("--mini-batch-size", type=int, default=64,
                     help="turn samples per optimizer update (~4 updates per rollout batch)")
     ap.add_argument("--cold-start-steps", type=int, default=2,
                     help="dynamic-sampling cold start (the paper's 15 of 150+ steps, scaled)")
-    ap.add_argument("--val", type=int, default=50, help="validation rooms of the periodic eval")
+    ap.add_argument("--val", type=int, default=40, help="validation rooms of the periodic eval")
     ap.add_argument("--test", type=int, default=100, help="test rooms of the final eval")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0, help="seed of the demos and the SFT start")
@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "mini_batch_size": args.mini_batch_size, "max_steps": args.steps,
         "cold_start_steps": args.cold_start_steps, "micro_batch_tokens": 8192,
         "generation_batch_size": 64, "log_with": "none", "save_steps": 1, "save_total_limit": 8,
-        "eval_steps": max(1, args.steps // 3), "eval_split": "val", "eval_episodes": args.val,
+        "eval_steps": max(1, args.steps // 2), "eval_split": "val", "eval_episodes": args.val,
         "save_best": True, "test_episodes": args.test,
     }
     spec = ArenaSpec(out=str(out / "grid"), algos=[a for a in args.algos.split(",") if a],
