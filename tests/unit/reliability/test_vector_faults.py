@@ -251,3 +251,30 @@ def test_missing_main_guard_gives_a_clear_error(tmp_path):
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("arlgym.errors.WorkerError") and "__main__" in last, proc.stderr[-2000:]
     assert "EOFError" not in proc.stderr.split("WorkerError")[-1]
+
+
+def test_eval_reports_dropped_episodes_and_resumes(tmp_path, monkeypatch):
+    """A group dropped after worker failures is missing from eval: a clear WorkerError that
+    says to rerun; the rerun resumes from the episodes already written."""
+    import arlgym.evaluation.runner as runner
+    from arlgym.policies import make_policy
+
+    class DropsFirstGroupOnce(RolloutCollector):
+        dropped = False
+
+        def collect(self, **kw):
+            trajs = super().collect(**kw)
+            if not DropsFirstGroupOnce.dropped:
+                DropsFirstGroupOnce.dropped = True
+                self.groups_dropped += 1
+                return [t for t in trajs if t.group_index != 0]
+            return trajs
+
+    monkeypatch.setattr(runner, "RolloutCollector", DropsFirstGroupOnce)
+    out = tmp_path / "ev.jsonl"
+    kw = {"episodes": 3, "out": out, "progress": False, "env_kwargs": {"max_steps": 4}}
+    with pytest.raises(WorkerError, match="1 of 3 episodes were dropped") as info:
+        runner.evaluate(ENV, make_policy("expert"), **kw)
+    assert "rerun" in str(info.value)
+    summary, trajs = runner.evaluate(ENV, make_policy("expert"), **kw)
+    assert summary["episodes"] == 3 and len(trajs) == 3
