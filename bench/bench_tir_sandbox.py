@@ -1,32 +1,82 @@
-"""TIR sandbox cost per code cell: the fork engine (cells forked from a warm interpreter with
-numpy and sympy imported) against one fresh ``python -I`` per cell — the way ARLArena's sandbox
-runs cells (``python3 main.py``), without its 2 s client sleep — measured in the same run.
+"""TIR sandbox cost per code cell, p50 and p95, measured in the same run:
 
-    python bench/bench_tir_sandbox.py [--cells 30]
+* ``isolated``: the default — forked from a warm interpreter (numpy and sympy imported) that
+  lives inside the bubblewrap boundary, each cell in fresh user/mount/PID/net/IPC/UTS
+  namespaces with its own tmpfs and /proc (``docs/security.md``);
+* ``fork``: ``sandbox="unisolated"``, forked from a warm interpreter on the host (no namespaces
+  but a network one);
+* ``subprocess``: ``sandbox="unisolated", engine="subprocess"``: a fresh ``python -I`` per cell,
+  the way ARLArena's sandbox runs cells (``python3 main.py``), without its 2 s client sleep.
+
+    python bench/bench_tir_sandbox.py [--cells 50] [--breakdown]
+
+``--breakdown`` splits an isolated ``print(1)`` into request → cell running (fork, namespaces,
+mounts, limits) and cell running → reply (the code, exit, teardown of the namespaces, reaping).
+The machine's load is printed: on a shared machine, compare the columns of one run.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
+import time
 
 from arlgym.envs.tir_math.problems import generate_problem
 from arlgym.envs.tir_math.sandbox import PythonSandbox
 
 CELLS = {
-    "print": "print(6 * 7)",
+    "print(1)": "print(1)",
     "numpy": "import numpy as np\nprint(np.arange(10).sum())",
     "sympy": "import sympy\nx = sympy.symbols('x')\nprint(sympy.solve(x**2 - 2, x))",
 }
+MODES = {"isolated": {}, "fork": {"isolation": "unisolated", "engine": "fork"},
+         "subprocess": {"isolation": "unisolated", "engine": "subprocess"}}
+
+
+def percentiles(samples: list[float]) -> tuple[float, float]:
+    ordered = sorted(samples)
+    return statistics.median(ordered) * 1e3, ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))] * 1e3
+
+
+def _pair(p50: float, p95: float) -> str:
+    return f"{p50:.1f} / {p95:.1f}"
+
+
+def breakdown(box: PythonSandbox, n: int) -> None:
+    to_start, to_reply = [], []
+    for _ in range(n):
+        sent = time.monotonic()
+        result = box.run("import time; print(time.monotonic())")
+        done = time.monotonic()
+        started = float(result.stdout)
+        to_start.append(started - sent)
+        to_reply.append(done - started)
+    print(f"isolated print: request -> cell running p50 {statistics.median(to_start) * 1e3:.1f} ms, "
+          f"cell running -> reply p50 {statistics.median(to_reply) * 1e3:.1f} ms")
+
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--cells", type=int, default=30, help="cells per kind and engine")
+    ap.add_argument("--cells", type=int, default=50, help="cells per kind and mode")
+    ap.add_argument("--breakdown", action="store_true")
     args = ap.parse_args()
-    boxes = {engine: PythonSandbox(engine=engine) for engine in ("fork", "subprocess")}
-    boxes["fork"].run("print(0)")  # start the server outside the timing (~0.5 s, once per process)
+    boxes = {mode: PythonSandbox(**kwargs) for mode, kwargs in MODES.items()}
+    for box in boxes.values():
+        box.run("print(0)")  # start the servers outside the timing (~1 s, once per process)
+    print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores; {args.cells} cells each")
     reference = [generate_problem(s).solution_code for s in range(args.cells)]
-    print(f"{'cell':10s} {'fork ms':>9s} {'subprocess ms':>14s} {'speed-up':>9s}")
+    print(f"{'cell':10s} " + " ".join(f"{m + ' p50/p95 ms':>24s}" for m in MODES))
     for name, codes in [*((k, [v] * args.cells) for k, v in CELLS.items()), ("reference", reference)]:
-        ms = {e: statistics.median(b.run(c).seconds for c in codes) * 1000 for e, b in boxes.items()}
-        print(f"{name:10s} {ms['fork']:9.1f} {ms['subprocess']:14.1f} {ms['subprocess'] / ms['fork']:8.1f}x")
+        samples: dict[str, list[float]] = {m: [] for m in MODES}
+        for code in codes:  # interleaved, so that load changes hit every mode alike
+            for mode, box in boxes.items():
+                result = box.run(code)
+                assert result.ok, (mode, name, result)
+                samples[mode].append(result.seconds)
+        cells = " ".join(f"{_pair(*percentiles(samples[m])):>24s}" for m in MODES)
+        print(f"{name:10s} {cells}")
+    if args.breakdown:
+        breakdown(boxes["isolated"], args.cells)
+    for box in boxes.values():
+        box.close()

@@ -108,7 +108,11 @@ def host_unaffected(box, listener):
     server = box.server_pid
     before = _descendants(ENV_PID)
     yield
-    time.sleep(0.3)  # the kernel reaps a killed namespace asynchronously
+    # The reply comes as soon as a cell's code has finished; the server then kills the cell's
+    # PID namespace, which the kernel tears down asynchronously: allow it a few seconds.
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and (not _descendants(ENV_PID) <= before or _marked_processes()):
+        time.sleep(0.1)
     assert _descendants(ENV_PID) <= before, "a process survived its cell"
     assert _marked_processes() == []
     assert _marked_files() == []
