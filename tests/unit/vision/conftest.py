@@ -30,6 +30,11 @@ def vision_prompts() -> list[dict]:
     return out + [obs]
 
 
+@pytest.fixture(name="vision_forward_logprobs")
+def _vision_forward_logprobs():
+    return vision_forward_logprobs
+
+
 def vision_forward_logprobs(model, completion, temperature: float = 1.0):
     """log π(token) of a vision Completion's response by one unpadded forward pass over prompt +
     response with the completion's image inputs (the oracle the sampler is compared with)."""

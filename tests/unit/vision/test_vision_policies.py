@@ -17,13 +17,12 @@ from PIL import Image
 from arlgym.errors import ConfigError
 from arlgym.policies import SamplingParams
 
-from .conftest import vision_forward_logprobs
-
 torch = pytest.importorskip("torch")
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
-def test_sampled_logprobs_match_a_forward_pass_with_the_image(vl_policy, vision_prompts, temperature):
+def test_sampled_logprobs_match_a_forward_pass_with_the_image(vl_policy, vision_prompts, temperature,
+                                                              vision_forward_logprobs):
     sampling = SamplingParams(temperature=temperature, max_new_tokens=12, seed=3)
     completions = vl_policy.generate(vision_prompts, sampling)  # left-padded batch (56/84 ids)
     assert len({len(c.prompt_token_ids) for c in completions}) == 2
