@@ -323,8 +323,13 @@ def _worker(conn, factories, index: int) -> None:
             else:  # pragma: no cover - internal protocol
                 raise RuntimeError(f"unknown worker command {cmd!r}")
             conn.send((seq, "ok", out))
+        except (BrokenPipeError, ConnectionError):  # the parent is gone
+            break
         except BaseException:  # noqa: BLE001 - the parent re-raises with this traceback
-            conn.send((seq, "error", _pack_error()))
+            try:
+                conn.send((seq, "error", _pack_error()))
+            except (BrokenPipeError, ConnectionError, OSError):
+                break
     conn.close()
 
 
@@ -361,8 +366,9 @@ class AsyncGroupVecEnv(GroupVecEnv):
         num_tasks, group_size, seed: see :class:`GroupVecEnv`.
         num_workers: worker processes (default: CPU count, at most one per env).
         context: multiprocessing start method: ``"spawn"`` (default: :data:`DEFAULT_CONTEXT`),
-            ``"forkserver"`` or ``"fork"``. ``spawn``/``forkserver`` re-import the main script in each worker, so a
-            script must build the vector under ``if __name__ == "__main__":``.
+            ``"forkserver"`` or ``"fork"``. ``spawn``/``forkserver`` re-import the main script
+            in each worker, so a script must build the vector under
+            ``if __name__ == "__main__":``.
         timeout: seconds to wait for any reply before the worker counts as hung (``None``: wait
             for ever). Building the envs gets ``max(timeout, 120)``.
         restart: replace a dead or hung worker instead of raising :class:`WorkerError`.
