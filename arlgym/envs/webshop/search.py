@@ -90,7 +90,7 @@ class Analyzer:
         else:
             w = _IRREGULAR_RE.sub(lambda m: _IRREGULAR[m.group(1)], w)
             out = self._stem(w)
-        if len(self._memo) < 2_000_000:
+        if len(self._memo) < 500_000:  # bounded: agents type arbitrary words
             self._memo[word] = out
         return out
 
