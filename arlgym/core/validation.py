@@ -189,7 +189,7 @@ def check_bool(name: str, value: Any, *, fix: str | None = None, allow_none: boo
         return None
     if isinstance(value, bool):
         return value
-    if type(value).__name__ == "bool_" and type(value).__module__ == "numpy":
+    if type(value).__module__ == "numpy" and type(value).__name__ in ("bool_", "bool"):
         return bool(value)
     expected = "True or False" + (" or None" if allow_none else "")
     if fix is None:
