@@ -216,12 +216,17 @@ _BRANDS = ["acme", "northwind", "bluepeak", "everly", "solace", "kinetic", "harb
            "zenith", "lumen", "orchard", "vantage", "copperline", "driftwood", "nimbus", "terra"]
 _PREFIXES = ("i need", "i am looking for", "i want", "find me", "i'm looking for", "get me")
 _CHUNK = 65_536
-_GENERATOR_VERSION = "synthetic-2"
+_GENERATOR_VERSION = "synthetic-3"
 # asins: "B0" + 8 base-36 digits of a bijection of the product number (no table needed either way)
 _ASIN_M = 36 ** 8
 _ASIN_A = 25_214_903_917  # odd and not a multiple of 3: invertible mod 36^8
 _ASIN_A_INV = pow(_ASIN_A, -1, _ASIN_M)
 _B36 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+# model codes "BX-4821": two consonants (no stop-word is one) and four digits, a bijection of the
+# product number, so every synthetic title is unique (as Amazon titles with model numbers are)
+_MODEL_LETTERS = "BCDFGHJKLMNPQRSTVWXZ"
+_MODEL_M = 400 * 10_000
+_MODEL_A = 2_654_435_761  # odd, not a multiple of 5: invertible mod 4,000,000
 
 
 def _option_names(cat: str) -> list[str]:
@@ -274,27 +279,65 @@ class SyntheticCatalog:
         self.num_products, self.seed, self.goals_per_product = num_products, seed, goals_per_product
         self.fingerprint = _digest(f"{_GENERATOR_VERSION}:{num_products}:{seed}:{goals_per_product}")
         self._asin_b = (seed * 0x9E3779B97F4A7C15 + 0x2545F491) % _ASIN_M
+        self._model_b = (seed * 0x2545F4914F6CDD1D + 7) % _MODEL_M
         self._ncat = np.array([[len(_CATEGORIES[c]["options"][n]) for n in _option_names(c)] for c in _CATS])
-        parts = [self._chunk(c, s, min(_CHUNK, num_products - s))
-                 for c, s in enumerate(range(0, num_products, _CHUNK))]
-        a = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+        a = self._cached_arrays()
         self._kind, self._brand, self._prefix = a["kind"], a["brand"], a["prefix"]
         self._nattr, self._attrs, self._shown = a["nattr"], a["attrs"], a["shown"]
         self._nval, self._vals, self._cents = a["nval"], a["vals"], a["cents"]
-        # goals in product order, then shuffled with a fixed seed (the same order everywhere)
-        per = a["ngoal"].astype(np.int64)
-        g_prod = np.repeat(np.arange(num_products, dtype=np.int64), per)
-        first = np.repeat(np.cumsum(per) - per, per)
-        slot = np.arange(len(g_prod)) - first
-        g_combo = np.where(slot == 0, a["combo0"][g_prod], a["combo1"][g_prod])
-        order = np.random.default_rng(233).permutation(len(g_prod))  # WebShop shuffles with seed 233
-        self._g_prod = g_prod[order].astype(np.int32)
-        self._g_combo = g_combo[order].astype(np.int16)
-        self._bound = a["bound"]
+        self._g_prod, self._g_combo, self._bound = a["g_prod"], a["g_combo"], a["bound"]
         self.product = lru_cache(maxsize=8192)(self.product)  # type: ignore[method-assign]
         self.products: Sequence[Product] = _LazySeq(num_products, self.product)
         self.goals: Sequence[Goal] = _LazySeq(len(self._g_prod), self.goal)
         self.by_asin: Mapping[str, Product] = _AsinMap(self)
+
+    def _cached_arrays(self) -> dict[str, np.ndarray]:
+        """The choice arrays: generated, or read from the disk cache for large catalogs (a
+        worker process starts without regenerating 1.18M products)."""
+        from arlgym.envs.webshop.search import cache_root
+
+        path = cache_root() / "webshop" / f"{self.fingerprint}-catalog.npz"
+        if self.num_products >= 50_000 and path.is_file():
+            try:
+                with np.load(path) as z:
+                    return {k: z[k] for k in z.files}
+            except (OSError, ValueError, KeyError):
+                pass  # damaged: regenerate
+        arrays = self._generate()
+        if self.num_products >= 50_000:
+            try:
+                import os
+                import tempfile
+
+                path.parent.mkdir(parents=True, exist_ok=True)
+                fd, tmp = tempfile.mkstemp(prefix=path.name, suffix=".npz", dir=path.parent)
+                with os.fdopen(fd, "wb") as f:
+                    np.savez(f, **arrays)
+                os.replace(tmp, path)
+            except OSError:
+                pass  # read-only cache: still works, only not cached
+        return arrays
+
+    def _generate(self) -> dict[str, np.ndarray]:
+        n = self.num_products
+        parts = [self._chunk(c, s, min(_CHUNK, n - s)) for c, s in enumerate(range(0, n, _CHUNK))]
+        a = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+        # goals in product order, then shuffled with a fixed seed (the same order everywhere)
+        per = a["ngoal"].astype(np.int64)
+        g_prod = np.repeat(np.arange(n, dtype=np.int64), per)
+        first = np.repeat(np.cumsum(per) - per, per)
+        slot = np.arange(len(g_prod)) - first
+        g_combo = np.where(slot == 0, a["combo0"][g_prod], a["combo1"][g_prod])
+        order = np.random.default_rng(233).permutation(len(g_prod))  # WebShop shuffles with seed 233
+        keep = ("kind", "brand", "prefix", "nattr", "attrs", "shown", "nval", "vals", "cents", "bound")
+        return {**{k: a[k] for k in keep}, "g_prod": g_prod[order].astype(np.int32),
+                "g_combo": g_combo[order].astype(np.int16)}
+
+    def model_of(self, i: int) -> tuple[str, str]:
+        """Product i's model code, e.g. ("BX", "4821"): unique in the catalog, so its title finds it."""
+        m = (int(i) * _MODEL_A + self._model_b) % _MODEL_M
+        letters, digits = divmod(m, 10_000)
+        return _MODEL_LETTERS[letters // 20] + _MODEL_LETTERS[letters % 20], f"{digits:04d}"
 
     # ------------------------------------------------------------------ generation
     def _chunk(self, c: int, start: int, n: int) -> dict[str, np.ndarray]:
@@ -383,7 +426,8 @@ class SyntheticCatalog:
         attrs = tuple(spec["attributes"][int(a)] for a in self._attrs[i, : int(self._nattr[i])])
         brand = _BRANDS[int(self._brand[i])]
         shown = attrs[: int(self._shown[i])]
-        name = f"{brand.title()} {kind.title()} - " + ", ".join(a.title() for a in shown)
+        letters, digits = self.model_of(i)
+        name = f"{brand.title()} {kind.title()} {letters}-{digits} - " + ", ".join(a.title() for a in shown)
         description = (f"This {kind} from {brand.title()} is {', '.join(attrs[:-1])} and {attrs[-1]}. "
                        f"A reliable choice in {spec['path'].lower()}.")
         bullets = tuple(f"{a.capitalize()}: designed to be {a} for everyday use." for a in attrs)
@@ -438,6 +482,8 @@ class SyntheticCatalog:
                 value[ci, s, : len(v)] = v
         fixed_desc, fixed_bullet = ids(["this from is and a reliable choice in",
                                         "designed to be for everyday use"])
+        model_letters = ids([a + b for a in _MODEL_LETTERS for b in _MODEL_LETTERS])
+        model_digits = ids([f"{d:04d}" for d in range(10_000)])
         term_lists = []
         for text in pieces:
             term_lists.append([vocab.setdefault(t, len(vocab)) for t in analyzer.terms(text)])
@@ -461,6 +507,9 @@ class SyntheticCatalog:
             add(local, path[cat], 1)
             add(local, np.full(n, fixed_desc), 1)
             add(local, np.full(n, fixed_bullet), 1)                # the first bullet's fixed words
+            m = (idx.astype(np.int64) * _MODEL_A + self._model_b) % _MODEL_M  # the title's model code
+            add(local, model_letters[m // 10_000], 1)
+            add(local, model_digits[m % 10_000], 1)
             nattr, shown = self._nattr[idx], self._shown[idx]
             for j in range(3):
                 has = j < nattr

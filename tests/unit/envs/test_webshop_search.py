@@ -79,8 +79,9 @@ def test_vectorised_postings_equal_those_of_the_product_texts():
     catalog = generate_catalog(1500, seed=5)
     fast = build_bm25(catalog)
     slow = BM25.from_texts((product_document(p) for p in catalog.iter_products()), len(catalog.products))
-    assert set(fast.vocab) == set(slow.vocab)
-    for term in fast.vocab:
+    used = {t for t, i in fast.vocab.items() if fast.indptr[i + 1] > fast.indptr[i]}  # (unused model codes)
+    assert used == set(slow.vocab)
+    for term in used:
         f, s = fast.vocab[term], slow.vocab[term]
         fs, fe, ss, se = fast.indptr[f], fast.indptr[f + 1], slow.indptr[s], slow.indptr[s + 1]
         assert np.array_equal(fast.docs[fs:fe], slow.docs[ss:se]), term
