@@ -8,8 +8,12 @@ heated, cooled or toggled (``alfworld/gen/constants.py``). The generator samples
 facts, so every object sits where ALFRED could have put it.
 
 Receptacle types that a floor plan's ``objects.json`` lists but its ``openable.json`` does not
-(the coffee machine, toaster, stove burner, garbage can, towel holders) get one instance each, at
-a position derived from the floor plan name; THOR ships no position for them in this package.
+(the coffee machine, toaster, stove burners, garbage can, towel holders) get instances at
+positions derived from the floor plan name, as THOR ships no position for them in this package:
+four stove burners (:data:`INSTANCES_WITHOUT_POSITION`; THOR's kitchens have four, e.g. real
+ALFWorld's FloorPlan1 and FloorPlan10 games list ``stoveburner 1``..``4``) and one of each other
+type. Sinks and bathtubs are named as THOR names them (``Sink|x|y|z|SinkBasin``), so ALFWorld's
+``Demangler`` calls them "sinkbasin 1", never "sinkbasinbasin 1".
 """
 
 from __future__ import annotations
@@ -30,6 +34,9 @@ __all__ = [
     "tables",
     "LAMP_TYPES",
     "LAMP_HOLDERS",
+    "INSTANCES_WITHOUT_POSITION",
+    "UNSEEN_SCENE_NUMBERS",
+    "PICK_TWO_EXCLUDED_RECEPTACLES",
 ]
 
 #: The six ALFWorld task types, in ALFWorld's numbering order (``TASK_TYPES`` 1..6).
@@ -48,6 +55,21 @@ LAMP_TYPES: tuple[str, ...] = ("DeskLamp", "FloorLamp")
 #: needs the lamp to be in a receptacle).
 LAMP_HOLDERS: tuple[str, ...] = ("Desk", "SideTable", "Dresser", "Shelf", "CoffeeTable",
                                  "DiningTable", "TVStand", "CounterTop")
+
+
+#: ALFWorld's ``valid_unseen`` scenes (ALFRED's validation-unseen floor plans): no train or
+#: ``valid_seen`` game of ALFWorld uses them.
+UNSEEN_SCENE_NUMBERS: frozenset[int] = frozenset({10, 219, 308, 424})
+#: Receptacles ALFRED's generator never makes the goal of a pick-two task (they hold one object):
+#: ``goal_to_invalid_receptacle['pick_two_obj_and_place']`` in ALFRED's
+#: ``gen/scripts/generate_trajectories.py``.
+PICK_TWO_EXCLUDED_RECEPTACLES: frozenset[str] = frozenset(
+    {"CoffeeMachine", "ToiletPaperHanger", "HandTowelHolder"})
+#: Instances given to a receptacle type that a floor plan lists without any THOR position
+#: (default 1).
+INSTANCES_WITHOUT_POSITION: dict[str, int] = {"StoveBurner": 4}
+#: Types THOR names by their basin: ``Sink|-01.90|+00.97|-01.50|SinkBasin``.
+_BASIN_PARENT = {"SinkBasin": "Sink", "BathtubBasin": "Bathtub"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +115,12 @@ class Tables:
     test_scene_numbers: frozenset[int]
     goal_templates: dict[str, tuple[str, ...]]
     goal_pddl: dict[str, str]
+    #: scene types (Kitchen, ...) where ALFRED generates each task type
+    goals_valid: dict[str, frozenset[str]]
+    #: ALFRED's instance counts: the goal object 1..pickup_repeat_max (2.. for pick-two),
+    #: every other pickup type 1..max_instances
+    pickup_repeat_max: int
+    max_instances: int
 
 
 def _require_alfworld() -> Any:
@@ -127,7 +155,17 @@ def tables() -> Tables:
         test_scene_numbers=frozenset(constants.TEST_SCENE_NUMBERS),
         goal_templates={k: tuple(v["templates"]) for k, v in goal_library.gdict.items()},
         goal_pddl={k: v["pddl"] for k, v in goal_library.gdict.items()},
+        goals_valid={k: frozenset(v) for k, v in constants.GOALS_VALID.items()},
+        pickup_repeat_max=int(constants.PICKUP_REPEAT_MAX),
+        max_instances=int(constants.MAX_NUM_OF_OBJ_INSTANCES),
     )
+
+
+def _pseudo_id(rtype: str, x: float, y: float, z: float) -> str:
+    """A THOR-style id for an instance without a shipped position."""
+    coords = f"{x:+06.2f}|{y:+06.2f}|{z:+06.2f}"
+    parent = _BASIN_PARENT.get(rtype)
+    return f"{parent}|{coords}|{rtype}" if parent else f"{rtype}|{coords}"
 
 
 def _receptacle_type(thor_id: str) -> str:
@@ -156,13 +194,16 @@ def floor_plans() -> dict[str, FloorPlan]:
             for tid, p in sorted(placed.items())
         ]
         listed = {r.rtype for r in receptacles}
-        for k, rtype in enumerate(sorted(set(types) & tab.static_receptacles - listed)):
+        k = 0
+        for rtype in sorted(set(types) & tab.static_receptacles - listed):
             if rtype not in tab.can_contain:
                 continue
-            # No THOR position is shipped for these: a fixed, distinct pseudo position.
-            pos = (-3.0 - 0.25 * k, 3.0 + 0.25 * (number % 7), 90 * (k % 4), 30)
-            receptacles.append(Receptacle(f"{rtype}|{pos[0]:+06.2f}|+00.90|{pos[1]:+06.2f}",
-                                          rtype, pos))
+            # No THOR position is shipped for these: fixed, distinct pseudo positions.
+            for i in range(INSTANCES_WITHOUT_POSITION.get(rtype, 1)):
+                pos = (-3.0 - 0.25 * k, 3.0 + 0.25 * (number % 7), 90 * (k % 4), 30)
+                receptacles.append(Receptacle(
+                    _pseudo_id(rtype, pos[0], 0.90 + 0.01 * i, pos[1]), rtype, pos))
+                k += 1
         receptacles = [r for r in receptacles if r.rtype in tab.can_contain]
         scene_type = next((st for st, rng in tab.scene_type.items() if number in rng), "Kitchen")
         objects = sorted(

@@ -25,6 +25,16 @@ steps in both engines and requires identical feedback, admissible lists and ``wo
 TextWorld is not thread-safe; each :class:`AlfredGame` loads its own copy of the Fast Downward
 library (as ``PddlEnv`` does), so several games may live in one process but must be stepped
 from one thread.
+
+Memory stays bounded over any number of distinct games. Every cache here is an LRU with a
+stated size (:data:`CACHE_LIMITS`), and TextWorld's own intern table is pruned: TextWorld makes
+``Proposition`` and ``Signature`` objects through ``mementos``, whose module-level dict keeps
+every proposition ever built, and ALFWorld's object names carry THOR coordinates, so each new
+game adds thousands of propositions that are never freed (measured: ~1 MB per distinct game,
+also in the unmodified ``PddlEnv``). :func:`prune_textworld_interning` drops the entries that
+nothing but that table references; it runs when a game is loaded and the table has doubled
+since the last prune. Propositions compare by value, so dropping an interned copy changes no
+result.
 """
 
 from __future__ import annotations
@@ -32,6 +42,7 @@ from __future__ import annotations
 import builtins
 import hashlib
 import json
+import zlib
 from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
@@ -39,7 +50,8 @@ from typing import Any
 from arlgym.envs.alfworld.generator import grammar_template
 from arlgym.errors import ArlgymError, LevelFormatError
 
-__all__ = ["AlfredGame", "ReferenceGame", "load_game_file", "INVALID_FEEDBACK"]
+__all__ = ["AlfredGame", "ReferenceGame", "load_game_file", "INVALID_FEEDBACK", "CACHE_LIMITS",
+           "prune_textworld_interning", "cache_sizes"]
 
 #: What TextWorld answers to a command that is not admissible.
 INVALID_FEEDBACK = "Nothing happens."
@@ -84,17 +96,99 @@ def _digest(*parts: str) -> str:
     return h.hexdigest()
 
 
-class _Shared:
-    """Process-wide caches (parsed logic, parsed strings, translations), bounded."""
+#: Entries kept by each process-wide cache (least recently used evicted first). A translated
+#: game (PDDL->SAS task, initial facts) is the big one, ~0.3-1 MB.
+CACHE_LIMITS: dict[str, int] = {
+    "logic": 4,            # parsed domain + grammar template (one per domain/grammar pair)
+    "parsed": 4096,        # grammar strings -> parsed symbols (templates, task sentences)
+    "queries": 4096,       # grammar conditions -> parsed queries
+    "code": 4096,          # compiled grammar expressions, static-template verdicts
+    "translations": 64,    # games: PDDL->SAS translation and initial facts
+    "games": 64,           # games: command texts per operator, entity names
+}
+#: Prune TextWorld's intern table when it holds more than this many entries (and has doubled
+#: since the last prune).
+INTERN_PRUNE_FLOOR = 50_000
 
-    logic: dict[str, Any] = {}
-    parsed: dict[str, list] = {}
-    queries: dict[str, Any] = {}
-    code: dict[str, Any] = {}
-    translations: OrderedDict[str, Any] = OrderedDict()
-    max_translations = 64
+
+class _LRU(OrderedDict):
+    """An ``OrderedDict`` that keeps its ``limit`` most recently used entries."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self.limit = limit
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        try:
+            value = self[key]
+        except KeyError:
+            return default
+        self.move_to_end(key)
+        return value
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        super().__setitem__(key, value)
+        self.move_to_end(key)
+        while len(self) > self.limit:
+            self.popitem(last=False)
+
+
+class _Shared:
+    """Process-wide caches (parsed logic, parsed strings, translations), each an LRU."""
+
+    logic = _LRU(CACHE_LIMITS["logic"])
+    parsed = _LRU(CACHE_LIMITS["parsed"])
+    queries = _LRU(CACHE_LIMITS["queries"])
+    code = _LRU(CACHE_LIMITS["code"])
+    translations = _LRU(CACHE_LIMITS["translations"])
     #: per game: operator name -> command text, and the named entity infos
-    games: OrderedDict[str, dict[str, Any]] = OrderedDict()
+    games = _LRU(CACHE_LIMITS["games"])
+    #: size of TextWorld's intern table after the last prune
+    interned_after_prune = 0
+
+
+def _memento_table() -> dict | None:
+    try:
+        import mementos.core as core
+    except ImportError:  # pragma: no cover - textworld depends on mementos
+        return None
+    table = getattr(core, "_memento_cache", None)
+    return table if isinstance(table, dict) else None
+
+
+def prune_textworld_interning(force: bool = False) -> int:
+    """Drop TextWorld's interned ``Proposition``/``Signature`` objects that nothing else uses.
+
+    Runs when ``force`` or when the table holds more than :data:`INTERN_PRUNE_FLOOR` entries
+    and twice as many as after the last prune (so the scans cost O(1) amortised per entry).
+    Returns the number of entries dropped.
+    """
+    import sys
+
+    table = _memento_table()
+    if table is None:
+        return 0
+    size = len(table)
+    if not force and (size <= INTERN_PRUNE_FLOOR or size <= 2 * _Shared.interned_after_prune):
+        return 0
+    dropped = 0
+    for key in list(table):
+        obj = table.get(key)
+        # References: the table's value, the local ``obj`` and getrefcount's argument.
+        if obj is not None and sys.getrefcount(obj) <= 3:
+            del table[key]
+            dropped += 1
+    obj = None
+    _Shared.interned_after_prune = len(table)
+    return dropped
+
+
+def cache_sizes() -> dict[str, int]:
+    """Current entries of every process-wide cache (and of TextWorld's intern table)."""
+    sizes = {name: len(getattr(_Shared, name)) for name in CACHE_LIMITS}
+    table = _memento_table()
+    sizes["textworld_interned"] = len(table) if table is not None else 0
+    return sizes
 
 
 # Fast Downward keeps its task in globals, so every engine needs its own copy of the library
@@ -124,6 +218,8 @@ class AlfredGame:
         self.feedback = ""
         self._commands: dict[str, str] = {}
         self._replan_loaded = False
+        self._sas_cache: tuple[tuple[str, str], bytes] | None = None
+        self._logic_key = ""
 
     # ------------------------------------------------------------------ loading
     def load(self, game: Mapping[str, Any]) -> None:
@@ -139,10 +235,7 @@ class AlfredGame:
         if per_game is None:
             per_game = {"commands": {}, "entity_infos": None}
             _Shared.games[key] = per_game
-            while len(_Shared.games) > _Shared.max_translations:
-                _Shared.games.popitem(last=False)
-        else:
-            _Shared.games.move_to_end(key)
+            prune_textworld_interning()
         self._per_game = per_game
         self._commands = per_game["commands"]  # operator name -> command text
         self._entity_infos: dict[str, Any] | None = per_game["entity_infos"]
@@ -158,6 +251,7 @@ class AlfredGame:
             task = grammar[len(prefix):len(grammar) - len(suffix)]
             base = template
         lkey = _digest(domain, base)
+        self._logic_key = lkey
         logic = _Shared.logic.get(lkey)
         if logic is None:
             logic = self._pddl_logic.GameLogic(domain=domain, grammar=base)
@@ -178,10 +272,6 @@ class AlfredGame:
             task, sas = _pddl2sas(self._fd, self._logic.domain, self._game["pddl_problem"])
             hit = {"task": task, "sas": sas, "sas_replan": None}
             _Shared.translations[key] = hit
-            while len(_Shared.translations) > _Shared.max_translations:
-                _Shared.translations.popitem(last=False)
-        else:
-            _Shared.translations.move_to_end(key)
         return hit
 
     def _new_state(self) -> Any:
@@ -222,25 +312,52 @@ class AlfredGame:
         state.add_facts(init[1])
         return state
 
-    def _names(self) -> dict[str, Any]:
-        """Entity infos named like ALFWorld's AlfredDemangler ("apple 1")."""
+    def _names(self, shuffle_seed: int | None = None) -> dict[str, Any]:
+        """Entity infos named like ALFWorld's AlfredDemangler ("apple 1").
+
+        With ``shuffle_seed``, the numbering is shuffled as ALFWorld's ``domain_randomization``
+        does (its own ``Demangler(shuffle=True)``, which shuffles with the global ``random``
+        module; that generator is seeded for the call and then put back as it was).
+        """
         infos = {v.name: self._EntityInfo(v.name, v.type)
                  for fact in self.state.facts for v in fact.arguments}
         for info in infos.values():
             info.name = info.id
             info.definite = "the"
             info.indefinite = "a"
-        demangler = self._Demangler(game_infos=infos)
+        if shuffle_seed is None:
+            demangler = self._Demangler(game_infos=infos)
+        else:
+            import random
+
+            saved = random.getstate()
+            random.seed(int(shuffle_seed))
+            try:
+                demangler = self._Demangler(game_infos=infos, shuffle=True)
+            finally:
+                random.setstate(saved)
         for info in infos.values():
             info.name = demangler.demangle_alfred_name(info.id)
         return infos
 
     # ------------------------------------------------------------------ playing
-    def reset(self) -> str:
-        """Start the loaded game; returns the intro text."""
+    def reset(self, shuffle_seed: int | None = None) -> str:
+        """Start the loaded game; returns the intro text.
+
+        ``shuffle_seed`` (ALFWorld's ``domain_randomization``): number the objects in a
+        shuffled order drawn from this seed ("apple 1" may become "apple 3"); ``None`` keeps
+        ALFWorld's default numbering.
+        """
         if self._game is None:
             raise ArlgymError("AlfredGame.reset() before load()")
         self.state = self._new_state()
+        if shuffle_seed is not None:
+            # Command texts depend on the names: this episode gets its own command cache.
+            self._entity_infos = self._names(shuffle_seed)
+            self._commands = {}
+        else:
+            self._commands = self._per_game["commands"]
+            self._entity_infos = self._per_game["entity_infos"]
         if self._entity_infos is None:
             self._entity_infos = self._per_game["entity_infos"] = self._names()
         ctx = self._context({}, {})
@@ -318,7 +435,9 @@ class AlfredGame:
 
     def _is_static(self, text: str) -> bool:
         """Whether ``text`` derives to the same string in every state of the game."""
-        cached = _Shared.code.get(("static", self._key, text))
+        # The verdict depends on the template and the domain's rules only, not on the game.
+        cache_key = ("static", self._logic_key, text)
+        cached = _Shared.code.get(cache_key)
         if cached is not None:
             return cached
         dynamic = self._dynamic_predicates()
@@ -336,11 +455,11 @@ class AlfredGame:
                 if rule is not None:
                     preds = {p.name.removeprefix("not_") for p in rule.preconditions}
                     ok = not (preds & dynamic)
-        _Shared.code[("static", self._key, text)] = ok
+        _Shared.code[cache_key] = ok
         return ok
 
     def _dynamic_predicates(self) -> set[str]:
-        key = ("dynamic", self._logic.domain)
+        key = ("dynamic", self._logic_key)
         hit = _Shared.code.get(key)
         if hit is None:
             hit = set()
@@ -446,11 +565,11 @@ class AlfredGame:
         """An optimal plan from the current state (Fast Downward), as commands."""
         tr = self._translation()
         if tr["sas_replan"] is None:
-            _, tr["sas_replan"] = _pddl2sas(self._fd, self._logic.domain,
-                                            self._game["pddl_problem"], optimize=True)
+            _, sas_replan = _pddl2sas(self._fd, self._logic.domain,
+                                      self._game["pddl_problem"], optimize=True)
+            tr["sas_replan"] = _pack(sas_replan)
         if not self._replan_loaded:
-            self.state.sas_replan = tr["sas_replan"]
-            self._lib.load_sas_replan(tr["sas_replan"].encode("utf-8"))
+            self._lib.load_sas_replan(zlib.decompress(tr["sas_replan"]))
             self._replan_loaded = True
         return list(self.state.replan(self._entity_infos))
 
@@ -462,6 +581,10 @@ class AlfredGame:
                 pass
             _FREE_LIBS.append(self._lib)
             self._lib = None
+
+
+def _pack(text: str) -> bytes:
+    return zlib.compress(text.encode("utf-8"), 1)
 
 
 def _pddl2sas(fd: Any, domain: str, problem: str, optimize: bool = False) -> tuple[Any, str]:

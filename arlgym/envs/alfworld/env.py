@@ -11,7 +11,13 @@ Task sources (``data_source``):
   ``$ARLGYM_CACHE/alfworld/<generator version>/<split>/`` (default ``~/.cache/arlgym``); each
   one is played by the expert in the engine before it is written, so every cached game is
   solvable. Nothing is downloaded.
-* ``"auto"`` (default): official when the split's folder exists, generated otherwise.
+* ``"auto"`` (default): official when the split's folder holds games, generated otherwise. An
+  explicit ``data_dir`` without games is an error; ``$ALFWORLD_DATA`` set to a folder without
+  games gives a warning that says generated games are used instead.
+
+``domain_randomization=True`` shuffles the object numbering at every reset of a ``train``
+episode ("apple 1" may be "apple 3"), as ALFWorld's ``env.domain_randomization`` does (ALFWorld
+never randomizes its eval splits, and neither does this env).
 
 Each split is an enumerated, fixed task list (``list_tasks(split)``); ``reset(seed=s)`` draws
 from it with the env's RNG and ``options={"task_id": ...}`` pins a task.
@@ -27,11 +33,22 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from arlgym.core.env import ActResult, AgentEnv, TaskSpec
 from arlgym.core.prompts import ALFWORLD, HistoryEntry, format_admissible, render_prompt
+from arlgym.core.validation import (
+    bad_value,
+    check_bool,
+    check_choice,
+    check_int,
+    check_mapping,
+    check_path,
+    check_sequence,
+    check_str,
+)
 from arlgym.envs.alfworld.catalog import TASK_TYPES
 from arlgym.envs.alfworld.generator import (
     DEFAULT_SPLIT_SIZES,
@@ -69,14 +86,19 @@ def official_root(data_dir: str | os.PathLike | None = None) -> Path:
     return Path(os.environ.get("ALFWORLD_DATA") or Path.home() / ".cache" / "alfworld")
 
 
-def _normalise_split(split: str) -> str:
-    split = _SPLIT_ALIASES.get(split, split)
-    if split not in SPLITS:
-        raise ConfigError(
-            f"unknown split {split!r}; choose one of {list(SPLITS)} "
-            f"(aliases: {sorted(_SPLIT_ALIASES)})"
-        )
+_WHERE = "arl/ALFWorld-v0"
+
+
+def _normalise_split(split: Any, name: str = "split") -> str:
+    if isinstance(split, str):
+        split = _SPLIT_ALIASES.get(split, split)
+    check_choice(name, split, [*SPLITS, *_SPLIT_ALIASES], where=_WHERE)
     return split
+
+
+def _alfworld_default_root() -> Path:
+    """Where ``import alfworld`` points ``$ALFWORLD_DATA`` when it was not set."""
+    return Path.home() / ".cache" / "alfworld"
 
 
 def _official_games(split_dir: Path) -> dict[str, Path]:
@@ -142,6 +164,8 @@ class ALFWorldEnv(AgentEnv):
         task_types: restrict to some of the six task types (default all).
         generator_seed: base seed of the generated problems (a different seed is a different
             set of games).
+        domain_randomization: shuffle the object numbering at each reset of a ``train``
+            episode, as ALFWorld's ``env.domain_randomization`` (default ``False``).
         max_steps: paper value 50.
         **kwargs: the :class:`~arlgym.core.env.AgentEnv` options.
     """
@@ -158,28 +182,37 @@ class ALFWorldEnv(AgentEnv):
         split_sizes: dict[str, int] | None = None,
         task_types: list[str] | tuple[str, ...] | None = None,
         generator_seed: int = 0,
+        domain_randomization: bool = False,
         max_steps: int | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(max_steps=max_steps, **kwargs)
-        if data_source not in ("auto", "generated", "official"):
-            raise ConfigError(
-                f"data_source must be 'auto', 'generated' or 'official', got {data_source!r}"
-            )
+        check_choice("data_source", data_source, ("auto", "generated", "official"),
+                     where=_WHERE)
         self.split = _normalise_split(split)
         self.data_source = data_source
-        self.data_dir = data_dir
+        self.data_dir = check_path("data_dir", data_dir, must_exist=False, allow_none=True,
+                                   where=_WHERE)
         sizes = dict(DEFAULT_SPLIT_SIZES)
-        for key, value in (split_sizes or {}).items():
-            sizes[_normalise_split(key)] = int(value)
+        given = check_mapping(
+            "split_sizes", split_sizes, allow_none=True, where=_WHERE,
+            fix="pass a dict of split name to number of games, e.g. split_sizes={'train': 500}")
+        for key, value in (given or {}).items():
+            sizes[_normalise_split(key, name="split_sizes key")] = check_int(
+                f"split_sizes[{key!r}]", value, min=1, where=_WHERE,
+                fix=f"pass a positive number of games, e.g. split_sizes={{{key!r}: 500}}")
         self.split_sizes = sizes
         if task_types is not None:
-            unknown = set(task_types) - set(TASK_TYPES)
-            if unknown:
-                raise ConfigError(f"unknown task types {sorted(unknown)}; choose from "
-                                  f"{list(TASK_TYPES)}")
+            task_types = check_sequence(
+                "task_types", task_types, min_len=1, where=_WHERE,
+                item=lambda n, v: check_choice(n, v, TASK_TYPES, where=_WHERE),
+                fix=f"pass a list of task types, e.g. task_types=[{TASK_TYPES[0]!r}]")
         self.task_types = tuple(task_types) if task_types is not None else TASK_TYPES
-        self.generator_seed = int(generator_seed)
+        self.generator_seed = check_int(
+            "generator_seed", generator_seed, min=0, where=_WHERE,
+            fix="pass an int >= 0, e.g. generator_seed=0 (each seed is another set of games)")
+        self.domain_randomization = check_bool("domain_randomization", domain_randomization,
+                                               where=_WHERE)
         self._lists: dict[str, tuple[str, dict[str, Path] | list[str]]] = {}
         self._engine: Any = None
         self._traj: dict[str, Any] = {}
@@ -203,11 +236,30 @@ class ALFWorldEnv(AgentEnv):
                     "json_2.1.1/{train,valid_seen,valid_unseen}, or use data_source='generated'"
                 )
             else:
+                self._explain_fallback(split, split_dir)
                 result = ("generated", self._generated_ids(split))
         else:
             result = ("generated", self._generated_ids(split))
         self._lists[split] = result
         return result
+
+    def _explain_fallback(self, split: str, split_dir: Path) -> None:
+        """``data_source="auto"`` found no official games: say so when data was pointed at."""
+        what = (f"no ALFWorld games of split {split!r} (task types {list(self.task_types)}) "
+                f"under {split_dir} (ALFWorld's layout: json_2.1.1/{OFFICIAL_SPLIT_DIRS[split]}/"
+                "<task>/trial_*/ with traj_data.json and a solvable game.tw-pddl)")
+        if self.data_dir is not None:
+            raise bad_value(
+                "data_dir", str(self.data_dir), "a folder holding ALFWorld's games", where=_WHERE,
+                fix=f"{what}; point data_dir at the folder that contains json_2.1.1, or pass "
+                    "data_source='generated' to use generated games")
+        env_root = os.environ.get("ALFWORLD_DATA")
+        if env_root and Path(env_root).expanduser() != _alfworld_default_root():
+            warnings.warn(
+                f"{_WHERE}: $ALFWORLD_DATA={env_root!r} is set but holds {what}; using "
+                "generated games instead. Fix: point $ALFWORLD_DATA at the folder that contains "
+                "json_2.1.1, or pass data_source='generated' to choose generated games "
+                "explicitly.", UserWarning, stacklevel=4)
 
     @staticmethod
     def _official_type(folder: Path) -> str:
@@ -237,6 +289,13 @@ class ALFWorldEnv(AgentEnv):
         gen_split, index = parse_task_id(task_id)
         if gen_split != split:
             split = gen_split
+        size = self.split_sizes[split]
+        if index >= size:
+            raise TaskNotFound(
+                f"task_id {task_id!r} is beyond split {split!r}, which has {size} games "
+                f"(gen-{split}-00000 .. gen-{split}-{size - 1:05d}). Fix: pick an id from "
+                f"list_tasks({split!r}), or enlarge the split with split_sizes={{{split!r}: "
+                f"{index + 1}}}")
         return load_generated(split, index, seed=self.generator_seed, engine=self._get_engine())
 
     def _get_engine(self) -> Any:
@@ -249,9 +308,10 @@ class ALFWorldEnv(AgentEnv):
     def _load_task(self, seed: int | None, options: dict[str, Any]) -> TaskSpec:
         from arlgym.envs.alfworld.engine import load_game_file
 
-        split = _normalise_split(options.get("split", self.split))
+        split = _normalise_split(options.get("split", self.split), name="options['split']")
         if "task_id" in options:
-            task_id = str(options["task_id"])
+            task_id = check_str("options['task_id']", options["task_id"], where=_WHERE,
+                                fix="pass a task id from list_tasks(), e.g. 'gen-train-00042'")
             if task_id.startswith("gen-"):
                 split = parse_task_id(task_id)[0]
         else:
@@ -268,7 +328,10 @@ class ALFWorldEnv(AgentEnv):
             game["grammar"] = game["grammar"].replace("UNKNOWN GOAL", self._templated_goal())
         engine = self._get_engine()
         engine.load(game)
-        intro = engine.reset()
+        shuffle_seed = None
+        if self.domain_randomization and split == "train":
+            shuffle_seed = int(self.np_random.integers(2**31))
+        intro = engine.reset(shuffle_seed=shuffle_seed)
         marker = "Your task is to: "
         self._task_text = intro[intro.find(marker) + len(marker):].strip() \
             if marker in intro else ""

@@ -13,9 +13,16 @@ Determinism: problem ``index`` of ``split`` under base ``seed`` is a pure functi
 three numbers (``numpy.random.default_rng([seed, split_code, index])``), so a task id such as
 ``"gen-train-00042"`` names one problem forever and games can be generated lazily.
 
-Splits mirror ALFWorld's: ``train`` and ``eval_in_distribution`` draw from the same floor plans
-with disjoint seed streams (held-out problems in seen rooms); ``eval_out_of_distribution`` uses
-only ALFRED's test floor plans (``TEST_SCENE_NUMBERS``), none of which train ever uses.
+Splits follow ALFWorld's scene protocol: ``train`` and ``eval_in_distribution`` (``valid_seen``)
+draw from ALFWorld's train scenes with disjoint seed streams (held-out problems in seen rooms);
+``eval_out_of_distribution`` (``valid_unseen``) uses only ALFWorld's unseen scenes, FloorPlan
+10, 219, 308 and 424 (:data:`.catalog.UNSEEN_SCENE_NUMBERS`), which train never uses.
+
+Scenes are as dense as ALFRED makes them: every receptacle instance the floor plan ships, every
+pickup type of the floor plan placed (1..3 copies, the goal object 1..4, 2..4 for pick-two:
+ALFRED's ``MAX_NUM_OF_OBJ_INSTANCES`` and ``PICKUP_REPEAT_MAX``), and ALFRED's goal rules (task
+types by scene type as ``GOALS_VALID``; no pick-two into a coffee machine, toilet-paper hanger
+or hand-towel holder; no toaster goals).
 """
 
 from __future__ import annotations
@@ -35,7 +42,9 @@ import numpy as np
 
 from arlgym.envs.alfworld.catalog import (
     LAMP_HOLDERS,
+    PICK_TWO_EXCLUDED_RECEPTACLES,
     TASK_TYPES,
+    UNSEEN_SCENE_NUMBERS,
     FloorPlan,
     floor_plans,
     tables,
@@ -60,7 +69,7 @@ __all__ = [
 ]
 
 #: Bump when the generated problems change, so on-disk caches are not reused.
-GENERATOR_VERSION = "gen-1"
+GENERATOR_VERSION = "gen-2"
 SPLITS: tuple[str, ...] = ("train", "eval_in_distribution", "eval_out_of_distribution")
 _SPLIT_CODE = {"train": 0, "eval_in_distribution": 1, "eval_out_of_distribution": 2}
 #: The folder of each split under ``json_2.1.1`` in ALFWorld's data layout.
@@ -78,6 +87,8 @@ _TOOL = {  # the appliance of each state-change task, and the type constant the 
     "pick_heat_then_place_in_recep": "Microwave",
     "pick_cool_then_place_in_recep": "Fridge",
 }
+#: ALFRED removes the toaster from its goal receptacles ("isn't interesting").
+_NO_GOAL_RECEPTACLES = frozenset({"Toaster"})
 _DOMAIN_CONSTANT_TYPES = {"rtype": ("SinkBasin", "Microwave", "Fridge"),
                           "otype": ("Knife", "ButterKnife")}
 
@@ -194,13 +205,13 @@ def problem_key(pddl_problem: str) -> str:
 # ------------------------------------------------------------------------------------ splits
 @functools.cache
 def split_floor_plans(split: str) -> tuple[str, ...]:
-    """Floor plans a split draws from; OOD plans are ALFRED's test scenes, never in train."""
+    """Floor plans a split draws from: ALFWorld's unseen scenes for OOD, the others otherwise."""
     if split not in _SPLIT_CODE:
         raise ConfigError(f"unknown split {split!r}; choose one of {list(SPLITS)}")
-    test = tables().test_scene_numbers
     plans = floor_plans()
     ood = split == "eval_out_of_distribution"
-    return tuple(name for name, fp in plans.items() if (fp.number in test) == ood)
+    return tuple(name for name, fp in plans.items()
+                 if (fp.number in UNSEEN_SCENE_NUMBERS) == ood)
 
 
 def task_ids(split: str, num: int | None = None) -> list[str]:
@@ -224,6 +235,8 @@ def parse_task_id(task_id: str) -> tuple[str, int]:
 
 # ------------------------------------------------------------------------------------ sampling
 def _supports(fp: FloorPlan, task_type: str) -> bool:
+    if fp.scene_type not in tables().goals_valid.get(task_type, ()):
+        return False  # ALFRED's GOALS_VALID: e.g. heat/cool only in kitchens
     rtypes = fp.receptacle_types()
     if task_type in _TOOL and _TOOL[task_type] not in rtypes:
         return False
@@ -251,8 +264,10 @@ def _goal_candidates(fp: FloorPlan, task_type: str) -> list[tuple[str, str]]:
                 pairs.append((obj, ""))
             continue
         for recep in sorted(homes):
-            if recep == _TOOL.get(task_type):
+            if recep == _TOOL.get(task_type) or recep in _NO_GOAL_RECEPTACLES:
                 continue  # "cool X and put it in the fridge" is no task
+            if task_type == "pick_two_obj_and_place" and recep in PICK_TWO_EXCLUDED_RECEPTACLES:
+                continue  # ALFRED's generator excludes these (they hold one object)
             if homes - {recep}:  # the object must start somewhere else
                 pairs.append((obj, recep))
     return pairs
@@ -321,14 +336,15 @@ def _build(task_id: str, split: str, task_type: str, fp: FloorPlan, obj: str, re
         by_type.setdefault(r.rtype, []).append(r.thor_id)
     used_ids = {r.thor_id for r in receptacles}
 
-    # Which object types appear, and how many of each (ALFRED: up to 3 instances).
+    # ALFRED's counts: every pickup type of the floor plan, 1..MAX_NUM_OF_OBJ_INSTANCES (3)
+    # copies; the goal object 1..PICKUP_REPEAT_MAX (4), at least 2 for pick-two.
     counts: dict[str, int] = {}
     for t in fp.object_types:
         if t == obj:
             low = 2 if task_type == "pick_two_obj_and_place" else 1
-            counts[t] = int(rng.integers(low, 4))
-        elif rng.random() < 0.6:
-            counts[t] = int(rng.integers(1, 3))
+            counts[t] = int(rng.integers(low, tab.pickup_repeat_max + 1))
+        else:
+            counts[t] = int(rng.integers(1, tab.max_instances + 1))
     placements: list[tuple[str, str, str]] = []  # (thor id, type, receptacle thor id)
     for t in sorted(counts):
         # The target object never starts in a receptacle of the goal's type.
