@@ -39,6 +39,38 @@ def percentiles(samples: list[float]) -> tuple[float, float]:
     return statistics.median(ordered) * 1e3, ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))] * 1e3
 
 
+def _server_interpreter(box: PythonSandbox) -> int | None:
+    """Host pid of the warm interpreter under a fork sandbox's launcher (bwrap chain or not)."""
+    root = box.server_pid
+    if root is None:
+        return None
+    todo, found = [root], None
+    while todo:
+        pid = todo.pop()
+        try:
+            if b"PRELOAD" in open(f"/proc/{pid}/cmdline", "rb").read():
+                found = pid
+            todo += [int(c) for t in os.listdir(f"/proc/{pid}/task")
+                     for c in open(f"/proc/{pid}/task/{t}/children").read().split()]
+        except OSError:
+            continue
+    return found
+
+
+def cpu_seconds(box: PythonSandbox) -> float:
+    """CPU used so far by the cells of ``box`` and what runs them (the fork server and its reaped
+    children, or this process's reaped children for the subprocess engine) — what a cell costs
+    on an idle machine, where the wall time is this CPU time plus a little waiting."""
+    if box.engine == "subprocess":
+        t = os.times()
+        return t.children_user + t.children_system
+    pid = _server_interpreter(box)
+    if pid is None:
+        return float("nan")
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
 def _pair(p50: float, p95: float) -> str:
     return f"{p50:.1f} / {p95:.1f}"
 
@@ -60,22 +92,35 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cells", type=int, default=50, help="cells per kind and mode")
     ap.add_argument("--breakdown", action="store_true")
+    ap.add_argument("--kinds", default="print(1),numpy,sympy,reference",
+                    help="comma-separated cell kinds to time")
     args = ap.parse_args()
-    boxes = {mode: PythonSandbox(**kwargs) for mode, kwargs in MODES.items()}
+    boxes = {mode: PythonSandbox(timeout=60.0, **kwargs) for mode, kwargs in MODES.items()}
     for box in boxes.values():
         box.run("print(0)")  # start the servers outside the timing (~1 s, once per process)
     print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores; {args.cells} cells each")
     reference = [generate_problem(s).solution_code for s in range(args.cells)]
     print(f"{'cell':10s} " + " ".join(f"{m + ' p50/p95 ms':>24s}" for m in MODES))
-    for name, codes in [*((k, [v] * args.cells) for k, v in CELLS.items()), ("reference", reference)]:
+    cpu: dict[str, dict[str, float]] = {}
+    kinds = [*((k, [v] * args.cells) for k, v in CELLS.items()), ("reference", reference)]
+    for name, codes in [(k, c) for k, c in kinds if k in args.kinds.split(",")]:
         samples: dict[str, list[float]] = {m: [] for m in MODES}
+        cpu[name] = {}
+        for mode, box in boxes.items():
+            cpu[name][mode] = -cpu_seconds(box)
         for code in codes:  # interleaved, so that load changes hit every mode alike
             for mode, box in boxes.items():
                 result = box.run(code)
-                assert result.ok, (mode, name, result)
+                assert result.ok or result.timed_out, (mode, name, result)
                 samples[mode].append(result.seconds)
+        for mode, box in boxes.items():
+            cpu[name][mode] += cpu_seconds(box)
         cells = " ".join(f"{_pair(*percentiles(samples[m])):>24s}" for m in MODES)
         print(f"{name:10s} {cells}")
+    print("\nCPU ms per cell (the cell and the server that forks and reaps it; the client's JSON and "
+          "thread wake-up, ~0.3 ms, not counted): ~ the wall time on an idle machine")
+    for name, per_mode in cpu.items():
+        print(f"{name:10s} " + " ".join(f"{m} {1e3 * v / args.cells:7.1f}" for m, v in per_mode.items()))
     if args.breakdown:
         breakdown(boxes["isolated"], args.cells)
     for box in boxes.values():

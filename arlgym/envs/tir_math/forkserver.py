@@ -1,32 +1,35 @@
-"""The fork server: one warm interpreter (numpy and sympy imported once) forks a fresh child per
-code cell (``shared/reference/offline-stack.md`` measured ~3 ms a cell this way against ~10 ms
-for a bare ``python`` start and ~0.4 s once a cell imports sympy).
+"""The fork server: one warm interpreter (numpy and sympy imported once, the heap frozen so that
+cells do not copy it) forks a fresh child per code cell, instead of a new ``python`` per cell.
 
 The server is a single-threaded ``select`` loop (so forking it is safe) that talks JSON lines
 over its stdin/stdout, which it first moves off fds 0/1. It is started by
 :mod:`~arlgym.envs.tir_math.isolation`, which puts it inside the isolation boundary
-(bubblewrap); this module only runs cells. A request carries the code itself (JSON, so any
-``str`` travels, lone surrogates included); the server makes three anonymous in-memory files
-(``memfd``) for the cell's stdout, stderr and a setup report, forks, and the child:
+(bubblewrap); this module runs cells. A request carries the code itself (JSON, so any ``str``
+travels, lone surrogates included); the server makes two anonymous in-memory files (``memfd``)
+for the cell's stdout and stderr and a status pipe, and forks the cell:
 
-* starts its own session and offers itself first to the OOM killer (``oom_score_adj`` 1000);
-* with ``isolate``: unshares a **new user, mount, PID, network, IPC and UTS namespace** (its
-  uid is 1000 there, mapped to the server's unprivileged uid), forks once more so that the cell
-  runs as pid 1 of its own PID namespace (when it exits or is killed, the kernel kills every
-  process it left, ``setsid`` daemons included), mounts a fresh size-limited tmpfs on ``/tmp``
-  (its working directory) and ``/dev/shm`` and a ``/proc`` that shows only its own processes,
-  then drops every capability (bounding set too) and sets ``no_new_privs``;
-* without ``isolate`` (the explicit ``sandbox="unisolated"`` mode): works in a fresh temporary
-  directory the server removes afterwards;
-* points fds 0/1/2 at ``/dev/null`` and the two memfds and closes every other fd, reseeds
-  ``random``/``numpy.random``, sets the resource limits (address space counted on top of what
-  the warm interpreter already maps; processes; CPU; file size, so output stops at the cap)
-  and runs the cell with ``final_answer`` predefined.
+* with ``isolate``: one raw ``clone()`` with **new user, mount, PID, network, IPC and UTS
+  namespaces** (x86_64/aarch64; elsewhere ``unshare()`` and a second fork), so the cell is pid 1
+  of its own PID namespace — when it exits or is killed, the kernel kills every process it left,
+  ``setsid`` daemons included. It maps uid 1000 to the server's unprivileged uid, mounts a fresh
+  size-limited tmpfs on ``/tmp`` (its working directory) and ``/dev/shm`` and a ``/proc`` that
+  shows only its own processes, then drops every capability (bounding set too) and sets
+  ``no_new_privs``;
+* without ``isolate`` (the explicit ``sandbox="unisolated"`` mode): a fresh temporary directory
+  that the server removes afterwards;
+* both: its own session, first in line for the OOM killer (``oom_score_adj`` 1000), fds 0/1/2 on
+  ``/dev/null`` and the two memfds and every other fd closed, ``random``/``numpy.random``
+  reseeded, resource limits (address space on top of what the warm interpreter maps; processes;
+  CPU; file size, so output stops at the cap), ``final_answer`` predefined.
 
-The server replies when the child exits or, past the wall-clock deadline, after killing it — and
-kills the child's process group after a normal exit as well. Output is read from the memfds,
-which only the server and the cell hold: a cell cannot swap them for a FIFO or delete them, and
-no file is left on any disk. Several cells run at once; the client matches replies by id.
+The cell reports on its status pipe: ``R`` once set up (or ``S`` and the reason: the request
+then fails, the code never runs outside its namespaces), ``E<code>`` when its code has finished.
+The server replies at ``E`` — or when the cell exits, or past the wall-clock deadline — after
+sending ``SIGKILL`` to the cell and its process group; it reaps the cell afterwards, so the
+kernel's teardown of the cell's namespaces is not on the critical path of ``step``. Output is
+read from the memfds, which only the server and the cell hold: a cell cannot swap them for a
+FIFO or delete them, and no file is left on any disk. Several cells run at once; the client
+matches replies by id.
 """
 
 from __future__ import annotations

@@ -83,9 +83,11 @@ def find_bwrap() -> str | None:
 
 @cache
 def _interpreter_paths(python: str) -> tuple[str, ...]:
-    """The directories ``python`` needs: its prefixes and ``sys.path`` (asked, in isolated mode)."""
+    """The directories ``python`` needs: its prefixes (asked, in isolated mode) — the standard
+    library and site-packages live there. Not other ``sys.path`` entries: an editable install
+    adds the project's source tree, which cells must not see."""
     probe = ("import json, sys; print(json.dumps([sys.prefix, sys.base_prefix, sys.exec_prefix, "
-             "sys.base_exec_prefix, *sys.path]))")
+             "sys.base_exec_prefix]))")
     out = subprocess.run([python, "-I", "-c", probe], capture_output=True, text=True, timeout=60,
                          env=CELL_ENV)
     paths = json.loads(out.stdout) if out.returncode == 0 else [sys.prefix, sys.base_prefix]
