@@ -29,6 +29,7 @@ from __future__ import annotations
 import atexit
 import math
 import os
+import queue
 import shutil
 import signal
 import stat
@@ -152,6 +153,40 @@ def _scratch_root() -> str | None:
 
 
 # --------------------------------------------------------------------------- shared servers
+_LAUNCHER: tuple[int, queue.SimpleQueue] | None = None
+_LAUNCHER_LOCK = threading.Lock()
+
+
+def _in_launcher_thread(make: Any) -> Any:
+    """Run ``make()`` in one long-lived daemon thread of this process. bwrap's
+    ``--die-with-parent`` ties the sandbox to the *thread* that started it: started from a
+    short-lived thread (a thread pool stepping envs), it would die with that thread."""
+    global _LAUNCHER
+    with _LAUNCHER_LOCK:
+        if _LAUNCHER is None or _LAUNCHER[0] != os.getpid():  # (a forked child needs its own)
+            jobs: queue.SimpleQueue = queue.SimpleQueue()
+
+            def serve() -> None:
+                while True:
+                    job, result, done = jobs.get()
+                    try:
+                        result.append((True, job()))
+                    except BaseException as e:  # handed back to the caller
+                        result.append((False, e))
+                    done.set()
+
+            threading.Thread(target=serve, name="arlgym-sandbox-launcher", daemon=True).start()
+            _LAUNCHER = (os.getpid(), jobs)
+        jobs = _LAUNCHER[1]
+    result: list[tuple[bool, Any]] = []
+    done = threading.Event()
+    jobs.put((make, result, done))
+    done.wait()
+    ok, value = result[0]
+    if not ok:
+        raise value
+    return value
+
 class _Server:
     """A fork server shared by the sandboxes of one process with the same settings, with the
     cgroup it runs in; stopped when its last sandbox closes (or at exit)."""
@@ -174,7 +209,7 @@ class _Server:
             env = dict(_iso.CELL_ENV, HOME=_scratch_root() or tempfile.gettempdir(),
                        TMPDIR=_scratch_root() or tempfile.gettempdir())
         try:
-            self.client = ForkServer(command, env, FINAL_ANSWER_SOURCE)
+            self.client = _in_launcher_thread(lambda: ForkServer(command, env, FINAL_ANSWER_SOURCE))
         except BaseException:
             if self.cgroup is not None:
                 self.cgroup.remove()

@@ -492,3 +492,19 @@ def test_bad_data_files_are_errors_naming_the_file(tmp_path):
             env = TIRMathEnv(data_path=tmp_path / name)
             env.reset(seed=0)
             env.close()
+
+
+@needs_fork
+def test_a_server_started_from_a_short_lived_thread_outlives_it():
+    """bwrap's --die-with-parent follows the thread that started it: servers are started from
+    one long-lived launcher thread, so stepping envs from a thread pool does not kill them."""
+    import threading
+
+    box = PythonSandbox(memory_mb=1024)  # its own server
+    thread = threading.Thread(target=box.run, args=("print(1)",))
+    thread.start()
+    thread.join()
+    pid = box.server_pid
+    time.sleep(0.3)
+    assert box.run("print(2)").stdout.strip() == "2" and box.server_pid == pid
+    box.close()
