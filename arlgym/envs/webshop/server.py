@@ -100,7 +100,8 @@ class ShopServer:
                                      connection_limit=1000, channel_timeout=60, backlog=1024,
                                      ident="arlgym-webshop", expose_tracebacks=False)
         self.host, self.port = host, int(self._server.effective_port)
-        self._thread = threading.Thread(target=self._server.run, name="arlgym-webshop", daemon=True)
+        self._closing = False
+        self._thread = threading.Thread(target=self._run, name="arlgym-webshop", daemon=True)
 
     # ------------------------------------------------------------------ WSGI
     def app(self, environ: dict[str, Any], start_response: Callable) -> Iterable[bytes]:
@@ -204,11 +205,19 @@ class ShopServer:
             self._thread.start()
         return self
 
+    def _run(self) -> None:
+        try:
+            self._server.run()
+        except (OSError, ValueError):  # the socket closed under the loop by shutdown()
+            if not self._closing:
+                raise
+
     def serve_forever(self) -> None:
         """Serve in the calling thread (``arlgym webshop serve``)."""
-        self._server.run()
+        self._run()
 
     def shutdown(self) -> None:
+        self._closing = True
         self._server.close()
         self._server.task_dispatcher.shutdown()
 

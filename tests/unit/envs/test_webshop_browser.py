@@ -137,3 +137,45 @@ def test_browser_env_sees_what_the_text_env_sees_and_buys_through_the_site(chrom
     finally:
         browser.close()
     assert browser.driver is None
+
+
+def test_concurrent_shoppers_never_see_each_others_pages(server):
+    import re
+    import threading
+    import urllib.request
+    from urllib.parse import quote
+
+    catalog, index = load_shop(None, 1000, 0)
+    counter = iter(range(10_000))
+    lock = threading.Lock()
+
+    def factory():
+        with lock:
+            return ShopSession(catalog, index, catalog.goals[next(counter)])
+
+    server.new_session_factory = factory
+    problems, barrier = [], threading.Barrier(24)
+
+    def shopper():
+        try:
+            barrier.wait()
+            with urllib.request.urlopen(server.url + "/", timeout=30) as r:  # follows the redirect
+                sid, page = r.url.rsplit("/", 1)[-1], r.read().decode()
+            goal = re.search(r"Instruction: (.*?)</div>", page).group(1)
+            words = goal.split(" with ")[0]
+            with urllib.request.urlopen(f"{server.url}/s/{sid}/search?q={quote(words)}", timeout=30) as r:
+                page = r.read().decode()
+            if f"Instruction: {goal}</div>" not in page or "Total results" not in page:
+                problems.append(sid)
+        except Exception as e:  # noqa: BLE001 - reported below
+            problems.append(repr(e))
+
+    try:
+        threads = [threading.Thread(target=shopper) for _ in range(24)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+    finally:
+        server.new_session_factory = None
+    assert problems == []
