@@ -485,8 +485,9 @@ class SyntheticCatalog:
         model_letters = ids([a + b for a in _MODEL_LETTERS for b in _MODEL_LETTERS])
         model_digits = ids([f"{d:04d}" for d in range(10_000)])
         term_lists = []
-        for text in pieces:
-            term_lists.append([vocab.setdefault(t, len(vocab)) for t in analyzer.terms(text)])
+        for text in pieces:  # (a run of digits is its own term: no need to analyse 10,000 of them)
+            terms = [text] if text.isdigit() else analyzer.terms(text)
+            term_lists.append([vocab.setdefault(t, len(vocab)) for t in terms])
         plen = np.array([len(t) for t in term_lists])
         pptr = np.concatenate(([0], np.cumsum(plen)))
         pterms = np.array([t for ts in term_lists for t in ts], dtype=np.int64)
