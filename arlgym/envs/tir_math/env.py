@@ -81,6 +81,9 @@ def _check_kwargs(**kwargs: Any) -> None:
     if memory is not None and (isinstance(memory, bool) or not isinstance(memory, int) or memory < 64):
         raise ConfigError(f"sandbox_memory_mb must be an integer number of MiB >= 64 (or None for "
                           f"no limit), got {memory!r} ({type(memory).__name__}); e.g. 2048 for 2 GiB")
+    if kwargs["sandbox_engine"] not in ("auto", "fork", "subprocess"):
+        raise ConfigError(f"sandbox_engine must be 'auto', 'fork' or 'subprocess' (with "
+                          f"sandbox='unisolated'), got {kwargs['sandbox_engine']!r}")
     if kwargs["sandbox"] not in ("isolated", "unisolated"):
         raise ConfigError(f"sandbox must be 'isolated' (default) or 'unisolated', got {kwargs['sandbox']!r}")
 
@@ -141,6 +144,13 @@ class TIRMathEnv(AgentEnv):
             raise ConfigError(f"response_format must be 'tir' or 'tags', got {response_format!r}")
         if not isinstance(max_obs_chars, int) or max_obs_chars < 16:
             raise ConfigError(f"max_obs_chars must be an int >= 16, got {max_obs_chars!r}")
+        if families is not None and (isinstance(families, str) or not isinstance(families, (list, tuple))
+                                     or not all(isinstance(f, str) for f in families)):
+            raise ConfigError(f"families must be a list of family names (from {sorted(FAMILIES)}), "
+                              f"got {families!r} ({type(families).__name__})")
+        if data_path is not None and not isinstance(data_path, (str, Path)):
+            raise ConfigError(f"data_path must be a path (str) to a .jsonl/.json/.parquet file or a "
+                              f"folder, got {data_path!r} ({type(data_path).__name__})")
         if families is not None:
             unknown = sorted(set(families) - set(FAMILIES))
             if unknown or not families:
@@ -148,7 +158,7 @@ class TIRMathEnv(AgentEnv):
         self.families = None if families is None else tuple(families)
         _check_kwargs(sandbox_timeout=sandbox_timeout, sandbox_memory_mb=sandbox_memory_mb,
                       sandbox_network=sandbox_network, end_on_void_turn=end_on_void_turn,
-                      use_math_verify=use_math_verify, sandbox=sandbox)
+                      use_math_verify=use_math_verify, sandbox=sandbox, sandbox_engine=sandbox_engine)
         self.sandbox = PythonSandbox(timeout=sandbox_timeout, memory_mb=sandbox_memory_mb,
                                      network=sandbox_network, engine=sandbox_engine,
                                      isolation=sandbox)
@@ -187,12 +197,19 @@ class TIRMathEnv(AgentEnv):
             self._datasets[split] = load_problems(path)
         return self._datasets[split]
 
-    def _problem_for(self, task_id: str) -> MathProblem:
+    def _problem_for(self, task_id: str, split: str | None = None) -> MathProblem:
         match = _GENERATED_ID.match(task_id)
         if self.data_path is None:
             if not match:
                 raise TaskNotFound(f"task_id {task_id!r} is not a generated TIR task id like 'tir-123'")
-            return generate_problem(int(match.group(1)), self.families)
+            seed = int(match.group(1))
+            splits = [split] if split is not None else list(SPLIT_SEED_RANGES)
+            if not any(SPLIT_SEED_RANGES[s][0] <= seed < SPLIT_SEED_RANGES[s][1] for s in splits):
+                ranges = ", ".join(f"{s}: tir-{lo}..tir-{hi - 1}" for s, (lo, hi) in SPLIT_SEED_RANGES.items()
+                                   if s in splits)
+                raise TaskNotFound(f"task_id {task_id!r} is not in {'split ' + repr(split) if split else 'any split'} "
+                                   f"({ranges}); use list_tasks(split) for valid ids")
+            return generate_problem(seed, self.families)
         for split in SPLIT_SEED_RANGES:
             try:
                 problems = self._dataset(split)
@@ -208,10 +225,16 @@ class TIRMathEnv(AgentEnv):
             spec = options["problem"]
             if not isinstance(spec, dict) or not {"question", "answer"} <= set(spec):
                 raise ConfigError("options['problem'] must be a dict with 'question' and 'answer'")
+            for key in ("question", "answer"):
+                if isinstance(spec[key], bool) or not isinstance(spec[key], (str, int, float)):
+                    raise ConfigError(f"options['problem'][{key!r}] must be a string (or a number), got "
+                                      f"{spec[key]!r} ({type(spec[key]).__name__})")
             self.problem = MathProblem(str(spec.get("id", "custom")), str(spec["question"]),
                                        str(spec["answer"]))
         elif "task_id" in options:
-            self.problem = self._problem_for(str(options["task_id"]))
+            split = options.get("split")
+            self.problem = self._problem_for(str(options["task_id"]),
+                                             None if split is None else self._split_name(split))
         else:
             split = self._split_name(options.get("split", "train"))
             if self.data_path is None:
