@@ -111,6 +111,17 @@ class Catalog:
     def iter_products(self) -> Iterator[Product]:
         return iter(self.products)
 
+    def listing(self, field: str, value: str) -> list[int]:
+        """Numbers of the products whose ``field`` (``category``, ``query`` or an entry of
+        ``attributes``) equals ``value`` — WebShop's ``<c>``, ``<q>``, ``<a>`` searches."""
+        return _scan_listing(self.iter_products(), field, value)
+
+
+def _scan_listing(products: Iterator[Product], field: str, value: str) -> list[int]:
+    if field == "attributes":
+        return [i for i, p in enumerate(products) if value in p.attributes]
+    return [i for i, p in enumerate(products) if getattr(p, field) == value]
+
 
 def _digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:20]
@@ -457,6 +468,23 @@ class SyntheticCatalog:
     def iter_products(self) -> Iterator[Product]:
         for i in range(self.num_products):
             yield self.product.__wrapped__(i)  # type: ignore[attr-defined]  # no cache churn
+
+    def listing(self, field: str, value: str) -> list[int]:
+        """See :meth:`Catalog.listing`; computed on the choice arrays."""
+        idx = np.arange(self.num_products)
+        cat = idx % len(_CATS)
+        hit = np.zeros(self.num_products, dtype=bool)
+        for ci, c in enumerate(_CATS):
+            spec = _CATEGORIES[c]
+            if field == "category" and value == c:
+                hit |= cat == ci
+            elif field == "query" and value in spec["types"]:
+                hit |= (cat == ci) & (self._kind == spec["types"].index(value))
+            elif field == "attributes" and value in spec["attributes"]:
+                a = spec["attributes"].index(value)
+                has = (self._attrs == a) & (np.arange(3)[None, :] < self._nattr[:, None])
+                hit |= (cat == ci) & has.any(axis=1)
+        return np.flatnonzero(hit).tolist()
 
     # ------------------------------------------------------------------ search postings
     def postings(self, analyzer: Any, vocab: dict[str, int]) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
@@ -913,6 +941,10 @@ class OfficialCatalog:
         return Goal(asin=p.asin, instruction=instruction, attributes=tuple(attrs),
                     options=dict(opts) if isinstance(opts, dict) else tuple(opts), price_upper=float(bound),
                     query=p.query, name=p.name, product_category=p.product_category, category=p.category)
+
+    def listing(self, field: str, value: str) -> list[int]:
+        """See :meth:`Catalog.listing` (a scan of the store)."""
+        return _scan_listing(self.iter_products(), field, value)
 
     def iter_products(self) -> Iterator[Product]:
         import sqlite3

@@ -24,17 +24,22 @@ case-sensitive, the argument lower-cased): ``search[q]`` with a non-empty ``q`` 
 from any page (also on a results or item page); ``click[x]`` acts when ``x`` is a clickable of
 the page other than ``search``; anything else — ``Search[q]``, `` search[q]``, ``click [buy
 now]``, an element not on the page — changes nothing. Text after the closing bracket is ignored
-(``search[q] please`` searches ``q``).
+(``search[q] please`` searches ``q``). WebShop's special searches are kept: ``search[<r>]`` (50
+random products), ``<c> category``, ``<q> product type`` and ``<a> attribute`` (WebShop's own
+``<a>`` crashes; here it lists the products with that attribute).
 """
 
 from __future__ import annotations
 
+import random
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from arlgym.envs.webshop.catalog import Goal, Product
 from arlgym.envs.webshop.reward import ScoreBreakdown, purchase_score
+from arlgym.envs.webshop.search import SEARCH_RETURN_N
 
 __all__ = ["ShopSession", "Step", "RESULTS_PER_PAGE", "SEP", "parse_shop_action"]
 
@@ -71,7 +76,7 @@ class ShopSession:
     page: str = "search"  # search | results | item | tab
     query: str = ""
     page_no: int = 1
-    results: list[str] = field(default_factory=list)
+    results: Sequence[str] = field(default_factory=list)
     asin: str | None = None
     chosen: dict[str, str] = field(default_factory=dict)
     tab: str | None = None
@@ -129,6 +134,24 @@ class ShopSession:
                   "Description", "Features", "Reviews", "Buy Now"]
         return SEP.join(_visible(parts))
 
+    def _listing(self, query: str) -> _Asins | None:
+        """WebShop's special searches: ``<r>`` 50 random products, ``<c> category``, ``<q> product
+        type``, ``<a> attribute`` (every product with it; WebShop's own ``<a>`` crashes, its
+        ``attribute_to_asins`` is never passed). ``None`` for an ordinary query."""
+        keywords = query.split(" ")
+        if keywords[0] not in ("<r>", "<c>", "<q>", "<a>") or not hasattr(self.catalog, "listing"):
+            return None
+        if keywords[0] == "<r>":  # WebShop draws with the global `random`; ours is seeded by the state
+            n = len(self.catalog.products)
+            rng = random.Random(f"{self.goal.instruction}|{query}")
+            return _Asins(self.catalog, rng.sample(range(n), k=min(SEARCH_RETURN_N, n)))
+        if keywords[0] == "<c>":
+            field, value = "category", keywords[1].strip() if len(keywords) > 1 else ""
+        else:
+            field = "query" if keywords[0] == "<q>" else "attributes"
+            value = " ".join(keywords[1:]).strip()
+        return _Asins(self.catalog, self.catalog.listing(field, value))
+
     def state(self) -> tuple:
         """The true page state (for the GiGPO anchor)."""
         return (self.goal.instruction, self.page, self.query, self.page_no, self.asin,
@@ -142,7 +165,7 @@ class ShopSession:
         verb, arg = parsed
         if verb == "search":  # from any page, as WebShop's text env does
             self.query = arg
-            self.results = self.index.search(arg)
+            self.results = self._listing(arg) or self.index.search(arg)
             self.page, self.page_no, self.asin, self.chosen, self.tab = "results", 1, None, {}, None
             return Step(valid=True)
         clickables = self.clickables()
@@ -179,6 +202,24 @@ class ShopSession:
             name = [n for n, vs in product.options.items() if arg in vs][-1]
             self.chosen[name] = arg
         return Step(valid=True)
+
+
+class _Asins(Sequence):
+    """Asins of a listing, made from product numbers when read (a category can hold 200k)."""
+
+    def __init__(self, catalog: Any, numbers: list[int]) -> None:
+        self._catalog, self._numbers = catalog, numbers
+
+    def __len__(self) -> int:
+        return len(self._numbers)
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return [self._catalog.asin_of(n) for n in self._numbers[i]]
+        return self._catalog.asin_of(self._numbers[i])
+
+    def __bool__(self) -> bool:  # an empty listing is still an answer (no BM25 fallback)
+        return True
 
 
 def _visible(parts: list[str]) -> list[str]:

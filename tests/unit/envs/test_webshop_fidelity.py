@@ -176,3 +176,29 @@ def test_env_flags_ignored_actions_invalid_and_prices_as_webshop_writes_them():
     assert info["action_valid"] and info["raw_observation"].startswith("Back to Search [SEP] Page 1")
     price = info["raw_observation"].split(" [SEP] ")[5]
     assert price == f"${float(price[1:])}"                             # Python's float text: $15.0, $10.99
+
+
+def test_webshops_special_searches():
+    from arlgym.envs.webshop.catalog import _scan_listing, generate_catalog
+
+    env = gym.make("arl/WebShop-v0").unwrapped
+    env.reset(options={"task_id": "goal-0"})
+    catalog, session = env.catalog, env.session
+    for query, field, value in (("<c> beauty", "category", "beauty"), ("<q> bar stool", "query", "bar stool"),
+                                ("<a> vegan", "attributes", "vegan")):
+        assert session.act(f"search[{query}]").valid
+        assert session.observation().startswith(f"Back to Search [SEP] Page 1 (Total results: {len(session.results)})")
+        listed = [catalog.by_asin[a] for a in session.results[:]]
+        assert listed and all(value == getattr(p, field) or value in p.attributes for p in listed)
+        assert list(session.results[:]) == [catalog.asin_of(i) for i in _scan_listing(catalog.iter_products(), field, value)]
+    session.act("search[<c> beauty]")
+    assert len(session.results) == 200                                # every beauty product, not 50
+    session.act("search[<a> no such attribute]")
+    assert len(session.results) == 0                                  # WebShop's <a> crashes here
+    session.act("search[<r>]")
+    first = list(session.results[:])
+    session.act("search[<r>]")
+    assert len(first) == 50 and list(session.results[:]) == first     # seeded by the page state
+    small = generate_catalog(300, seed=4)
+    for field, value in (("category", "food"), ("query", "green tea"), ("attributes", "gluten free")):
+        assert small.listing(field, value) == _scan_listing(small.iter_products(), field, value)
