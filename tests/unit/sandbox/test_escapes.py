@@ -252,15 +252,18 @@ print('spawned', flush=True)
 
 @pytest.mark.parametrize("ending", ["exit", "timeout"])
 def test_daemons_die_with_their_cell(box, ending):
-    quick = PythonSandbox(timeout=1.5, memory_mb=256, max_output_bytes=1 << 16)  # same server
-    result = quick.run(_DAEMONS + ("while True: pass\n" if ending == "timeout" else ""))
+    # same server; a timeout that leaves a loaded machine time to start the daemons first
+    sandbox = PythonSandbox(timeout=4.0 if ending == "timeout" else 30.0, memory_mb=256,
+                            max_output_bytes=1 << 16)
+    result = sandbox.run(_DAEMONS + ("while True: pass\n" if ending == "timeout" else ""))
     assert result.stdout.strip() == "spawned"
     assert result.timed_out is (ending == "timeout")
     # (the autouse check: no process with the marker anywhere on the host)
 
 
 def test_a_fork_bomb_stops_at_the_process_limit(box):
-    result = box.run("""
+    patient = PythonSandbox(timeout=30.0, memory_mb=256, max_output_bytes=1 << 16)  # same server
+    result = patient.run("""
 import os, time
 children = 0
 try:
