@@ -13,16 +13,19 @@ The rule (every threshold is a keyword of :func:`detect_collapse`):
 1. Each signal is smoothed by a trailing mean over ``window`` steps.
 2. References come from the run's own past: the *peak* smoothed format-valid ratio and success
    rate seen so far, and the *lowest* smoothed low-ratio negative-advantage fraction seen so far.
-3. A step is *collapsing* when, at once,
-
-   * the low-ratio fraction has climbed: ``low >= max(low_ratio * low_ref, low_ref + low_abs)``;
-   * format validity has fallen: ``format <= peak_format - format_drop``;
-   * success has fallen: ``success <= peak_success * (1 - success_rel_drop)`` and by at least
-     ``success_abs_drop`` — or the run never succeeded (peak below ``success_abs_drop``), in
-     which case success cannot fall and the two other signals decide.
-4. The alarm fires once ``patience`` consecutive steps are collapsing; the collapse *began* at
-   the first step since which the low-ratio fraction has stayed above its threshold (the
-   earliest sign, as in the paper's Fig. 3, where the IS signal leads the success curve).
+3. The IS signal is *up* at a step when it has climbed — ``low >= max(low_ratio * floor,
+   floor + low_abs)`` — or simply stands at ``low_level`` or more (a run whose very first
+   updates already push 5% of the tokens below the band has no healthy floor to climb from;
+   healthy runs in the paper, and here, stay well below 1%).
+4. The agent is *falling* at a step when format validity is ``format_drop`` below its peak and
+   success is ``success_rel_drop`` (relative) and ``success_abs_drop`` (absolute) below its
+   peak — or the run never succeeded (peak below ``success_abs_drop``), in which case success
+   cannot fall and format decides.
+5. The alarm fires once the agent has been falling for ``patience`` consecutive steps and the
+   IS signal was up at some step from ``lead`` steps before that fall began until now. The
+   collapse *began* at the first such IS step (the IS signal leads, as in the paper's Fig. 3,
+   and in a fast collapse it is gone again once every response is broken and no advantage is
+   left to push on).
 
 Runs shorter than ``min_steps`` are never judged. :class:`CollapseMonitor` runs the same rule
 online, one row at a time, for the trainer.
@@ -45,6 +48,8 @@ _DEFAULTS: dict[str, float] = {
     "min_steps": 6,
     "low_ratio": 2.0,
     "low_abs": 0.005,
+    "low_level": 0.05,
+    "lead": 5,
     "format_drop": 0.15,
     "success_rel_drop": 0.3,
     "success_abs_drop": 0.1,
@@ -81,9 +86,9 @@ def detect_collapse(rows: Sequence[Mapping[str, Any]], **thresholds: float) -> d
         rows: the run's ``metrics.jsonl`` rows, in step order; each a dict with ``step`` and the
             trainer's metric names (``is/out_low_neg_adv_frac``, ``env/format_valid_ratio``,
             ``env/success_rate``).
-        **thresholds: override any of ``window``, ``patience``, ``min_steps``, ``low_ratio``,
-            ``low_abs``, ``format_drop``, ``success_rel_drop``, ``success_abs_drop`` (module
-            docstring).
+        **thresholds: override any of ``window``, ``patience``, ``lead``, ``min_steps``,
+            ``low_ratio``, ``low_abs``, ``low_level``, ``format_drop``, ``success_rel_drop``,
+            ``success_abs_drop`` (module docstring).
 
     Returns:
         ``None``, or a dict with ``step`` (where the collapse began), ``detected_at`` (the step
@@ -97,7 +102,7 @@ def detect_collapse(rows: Sequence[Mapping[str, Any]], **thresholds: float) -> d
     if unknown:
         raise ValueError(f"unknown threshold(s) {unknown}; known: {sorted(_DEFAULTS)}")
     th = {**_DEFAULTS, **thresholds}
-    window, patience = int(th["window"]), int(th["patience"])
+    window, patience, lead = int(th["window"]), int(th["patience"]), int(th["lead"])
     rows = [r for r in rows if "step" in r]
     if len(rows) < max(int(th["min_steps"]), patience):
         return None
@@ -107,42 +112,50 @@ def detect_collapse(rows: Sequence[Mapping[str, Any]], **thresholds: float) -> d
     suc_raw = suc_raw or [0.0] * len(rows)
     low, fmt, suc = (_smooth(s, window) for s in (low_raw, fmt_raw, suc_raw))
     low_ref, fmt_peak, suc_peak = low[0], fmt[0], suc[0]
-    run = 0
-    low_since: int | None = None
+    up: list[bool] = []
+    falling_since: int | None = None
     for i in range(len(rows)):
         # references from strictly earlier steps, so a step is compared with the run's past
         if i:
             low_ref = min(low_ref, low[i - 1])
             fmt_peak = max(fmt_peak, fmt[i - 1])
             suc_peak = max(suc_peak, suc[i - 1])
-        low_threshold = max(th["low_ratio"] * low_ref, low_ref + th["low_abs"])
-        low_up = i >= window - 1 and low[i] >= low_threshold
-        if low_up:
-            low_since = i if low_since is None else low_since
-        else:
-            low_since = None
+        low_threshold = min(max(th["low_ratio"] * low_ref, low_ref + th["low_abs"]), th["low_level"])
+        up.append(i >= 1 and low[i] >= low_threshold)
         fmt_down = fmt[i] <= fmt_peak - th["format_drop"]
         if suc_peak < th["success_abs_drop"]:
             suc_down = True
         else:
             suc_down = (suc[i] <= suc_peak * (1.0 - th["success_rel_drop"])
                         and suc[i] <= suc_peak - th["success_abs_drop"])
-        run = run + 1 if (low_up and fmt_down and suc_down) else 0
-        if run >= patience:
-            began = low_since if low_since is not None else i - patience + 1
-            return {
-                "step": rows[began]["step"],
-                "detected_at": rows[i]["step"],
-                "reason": (f"{LOW_KEY} rose from {low_ref:.4f} to {low[i]:.4f} while "
-                           f"format validity fell {fmt_peak:.2f} -> {fmt[i]:.2f} and success "
-                           f"{suc_peak:.2f} -> {suc[i]:.2f} (paper Finding 2)"),
-                "evidence": {
-                    LOW_KEY: {"floor": low_ref, "value": low[i], "threshold": low_threshold},
-                    FORMAT_KEY: {"peak": fmt_peak, "value": fmt[i]},
-                    SUCCESS_KEY: {"peak": suc_peak, "value": suc[i]},
-                    "window": window, "patience": patience,
-                },
-            }
+        if fmt_down and suc_down:
+            falling_since = i if falling_since is None else falling_since
+        else:
+            falling_since = None
+        if falling_since is None or i - falling_since + 1 < patience:
+            continue
+        first = max(0, falling_since - lead)
+        signs = [j for j in range(first, i + 1) if up[j]]
+        if not signs:
+            continue
+        began = signs[0]
+        peak_low = max(low[j] for j in signs)
+        return {
+            "step": rows[began]["step"],
+            "detected_at": rows[i]["step"],
+            "reason": (f"{LOW_KEY} rose to {peak_low:.4f} (floor {low_ref:.4f}) from step "
+                       f"{rows[began]['step']}, then format validity fell {fmt_peak:.2f} -> "
+                       f"{fmt[i]:.2f} and success {suc_peak:.2f} -> {suc[i]:.2f} "
+                       "(paper Finding 2)"),
+            "evidence": {
+                LOW_KEY: {"floor": low_ref, "peak": peak_low, "threshold": low_threshold,
+                          "up_steps": [rows[j]["step"] for j in signs]},
+                FORMAT_KEY: {"peak": fmt_peak, "value": fmt[i]},
+                SUCCESS_KEY: {"peak": suc_peak, "value": suc[i]},
+                "falling_since": rows[falling_since]["step"],
+                "window": window, "patience": patience, "lead": lead,
+            },
+        }
     return None
 
 

@@ -44,7 +44,7 @@ def test_collapse_found_at_the_step_it_began():
     assert 11 <= verdict["step"] <= 12
     assert verdict["detected_at"] > verdict["step"]
     ev = verdict["evidence"]
-    assert ev[LOW_KEY]["value"] > 2 * ev[LOW_KEY]["floor"]
+    assert ev[LOW_KEY]["peak"] > 2 * ev[LOW_KEY]["floor"]
     assert ev[FORMAT_KEY]["value"] < ev[FORMAT_KEY]["peak"] - 0.15
     assert ev[SUCCESS_KEY]["value"] < ev[SUCCESS_KEY]["peak"]
     assert "Finding 2" in verdict["reason"]
