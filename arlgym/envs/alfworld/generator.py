@@ -59,6 +59,7 @@ __all__ = [
     "GeneratedGame",
     "split_floor_plans",
     "generate_game",
+    "generate_in_floor_plan",
     "task_ids",
     "parse_task_id",
     "write_game",
@@ -325,6 +326,32 @@ def generate_game(split: str, index: int, *, seed: int = 0, attempt: int = 0,
     obj, recep = pairs[int(rng.integers(len(pairs)))]
     task_id = f"gen-{split}-{index:05d}"
     return _build(task_id, split, task_type, fp, obj, recep, rng)
+
+
+def generate_in_floor_plan(floor_plan: str, *, seed: int = 0, attempt: int = 0,
+                           task_type: str | None = None) -> GeneratedGame:
+    """A problem in one given floor plan (for checks that must cover every floor plan).
+
+    The split is the one the floor plan belongs to (``eval_out_of_distribution`` for ALFWorld's
+    unseen scenes, else ``train``); the task type is ``task_type`` or the first of the six,
+    starting at ``number % 6``, that ALFRED's rules allow there. The task id is
+    ``gen-<split>-fp<number>``.
+    """
+    plans = floor_plans()
+    if floor_plan not in plans:
+        raise ConfigError(f"floor_plan={floor_plan!r} is invalid: expected one of the "
+                          f"{len(plans)} shipped floor plans, e.g. 'FloorPlan10'")
+    fp = plans[floor_plan]
+    split = "eval_out_of_distribution" if fp.number in UNSEEN_SCENE_NUMBERS else "train"
+    order = [task_type] if task_type else [TASK_TYPES[(fp.number + k) % len(TASK_TYPES)]
+                                           for k in range(len(TASK_TYPES))]
+    rng = np.random.default_rng([int(seed), 3, fp.number, int(attempt)])
+    for ttype in order:
+        pairs = _goal_candidates(fp, ttype) if _supports(fp, ttype) else []
+        if pairs:
+            obj, recep = pairs[int(rng.integers(len(pairs)))]
+            return _build(f"gen-{split}-fp{fp.number}", split, ttype, fp, obj, recep, rng)
+    raise UnsolvableError(f"{floor_plan} supports none of {order}")
 
 
 def _build(task_id: str, split: str, task_type: str, fp: FloorPlan, obj: str, recep: str,
