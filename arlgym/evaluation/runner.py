@@ -29,6 +29,25 @@ def eval_task_list(env_id: str, split: str, episodes: int, env_kwargs: dict[str,
     return tasks
 
 
+def _check_out(out: str | Path) -> None:
+    """The episodes file must be writable before any episode is played."""
+    path = Path(out)
+    if path.is_dir():
+        raise ConfigError(f"out={str(out)!r} is a folder. Fix: give a .jsonl file path, e.g. "
+                          f"{str(path / 'episodes.jsonl')!r}")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"out={str(out)!r}: cannot create its folder ({e.strerror}). Fix: "
+                          "give a path in a writable folder") from None
+    try:
+        with path.open("a", encoding="utf-8"):  # created now (empty) if it does not exist
+            pass
+    except OSError as e:
+        raise ConfigError(f"out={str(out)!r} is not writable ({e.strerror}). Fix: give a path "
+                          "in a writable folder") from None
+
+
 def evaluate(
     env_id: str,
     policy: Policy,
@@ -56,6 +75,8 @@ def evaluate(
     samples_per_task = check_int("samples_per_task", samples_per_task, min=1)
     split = check_str("split", split)
     env_kwargs = check_mapping("env_kwargs", env_kwargs, allow_none=True) or {}
+    if out is not None:
+        _check_out(out)
     sampling = sampling or SamplingParams(temperature=0.0)
     tasks = eval_task_list(env_id, split, episodes, env_kwargs)
     wanted = [(t, k) for t in tasks for k in range(samples_per_task)]

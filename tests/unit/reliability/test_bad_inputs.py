@@ -518,6 +518,8 @@ for cid, argv, needs in [
     ("play-batch-size", [*PLAY, "--batch-size", "0"], ("batch-size",)),
     ("play-kwarg", [*PLAY, "--env-kwarg", "dim_room=2"], ("dim_room",)),
     ("patterns-missing", ["patterns", "nowhere.jsonl"], ("nowhere.jsonl",)),
+    ("eval-out-folder", [*EV, "--episodes", "1", "--out", "."], ("out",)),
+    ("eval-out-unwritable", [*EV, "--episodes", "1", "--out", "/proc/nope/ev.jsonl"], ("out",)),
     ("unknown-command", ["fly"], ("fly",)),
 ]:
     case(f"cli-arlgym-{cid}", _main(ARL, argv), *needs, cli="arlgym")
