@@ -269,7 +269,7 @@ def load_test(shoppers: int = 200, threads: int = 8) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 100_000])
+    parser.add_argument("--sizes", type=int, nargs="*", default=[1000, 100_000])
     parser.add_argument("--no-load", action="store_true", help="skip the server load test")
     parser.add_argument("--official", type=int, nargs="*", default=[],
                         help="also load WebShop-format product files of these sizes (written from the "
