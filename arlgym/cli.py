@@ -53,6 +53,17 @@ def _cmd_envs(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_common(args: argparse.Namespace) -> None:
+    """The numeric flags of play/eval, named as the user typed them."""
+    from arlgym.core.validation import check_float, check_int
+
+    check_int("--episodes", args.episodes, min=1)
+    check_int("--batch-size", args.batch_size, min=1)
+    check_float("--temperature", args.temperature, min=0.0)
+    check_int("--max-new-tokens", args.max_new_tokens, min=1)
+    check_int("--seed", args.seed, min=0)
+
+
 def _policy(spec: str, seed: int):
     """The policy a spec names; ``--seed`` seeds the random policy's own RNG too, so a random
     baseline is reproducible like everything else (model policies take it per request)."""
@@ -66,13 +77,12 @@ def _policy(spec: str, seed: int):
 
 
 def _cmd_play(args: argparse.Namespace) -> int:
-    from arlgym.core.validation import check_env_kwargs, check_int
+    from arlgym.core.validation import check_env_kwargs
     from arlgym.evaluation.metrics import format_summary, summarize
     from arlgym.policies import SamplingParams
     from arlgym.rollout import RolloutCollector
 
-    check_int("--episodes", args.episodes, min=1)
-    check_int("--batch-size", args.batch_size, min=1)
+    _check_common(args)
     policy = _policy(args.policy, args.seed)
     env_kwargs = _parse_kwargs(args.env_kwarg)
     check_env_kwargs(args.env, env_kwargs, name="--env-kwarg")
@@ -103,6 +113,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     from arlgym.evaluation.runner import evaluate
     from arlgym.policies import SamplingParams
 
+    _check_common(args)
     policy = _policy(args.policy, args.seed)
     out = args.out
     if out is None:
