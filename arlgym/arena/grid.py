@@ -136,7 +136,7 @@ def plan_runs(spec: ArenaSpec) -> list[RunSpec]:
         for algo in spec.algos:
             for vname, values in variants:
                 label = f"{algo}__{vname}" if vname else algo
-                folder = Path(spec.out) / label / f"seed-{seed}"
+                folder = Path(spec.out).resolve() / label / f"seed-{seed}"
                 config = {**spec.base, **values, "algo": algo, "seed": seed,
                           "output_dir": str(folder)}
                 runs.append(RunSpec(algo, vname, seed, folder, config))
