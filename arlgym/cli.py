@@ -245,8 +245,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "gain little from more, and on a busy machine extra threads stall each "
                         "other; 0 keeps torch's default)")
     p.add_argument("--sft-threads", type=int, default=None,
-                   help="torch CPU threads of SFT (default: -1 = auto: 2 when the machine is idle "
-                        "at the start, else 1)")
+                   help="torch CPU threads of SFT (default: 1, so an idle and a busy machine give "
+                        "the same numbers; -1 = auto: 2 when the machine is idle at the start)")
     p.add_argument("--seed", type=int, default=None,
                    help="seeds the expert rooms, the model init, batch order and the RL run (default: 0)")
     p.add_argument("--allow-short", action="store_true",

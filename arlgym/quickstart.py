@@ -6,9 +6,9 @@ effect as a paired difference (same rooms before and after) and its standard err
 the curves.
 
 Every phase runs a fixed number of steps (with a progress bar and ETA), never a time budget, so
-a busy machine gives the same numbers later. Threads are chosen from the machine's load at the
-start: two SFT threads only when nothing else is running (measured: two threads next to another
-busy process run ~10x slower than one). If a phase is cut short anyway (``--sft-minutes`` as an
+a busy machine gives the same numbers later. One torch thread per phase by default (two
+threads next to another busy process run ~10x slower than one; ``--sft-threads -1`` picks two
+for SFT when the machine is idle at the start). If a phase is cut short anyway (``--sft-minutes`` as an
 explicit guard, Ctrl-C), the table says so and the command exits with status 3 unless
 ``--allow-short`` was given.
 """
@@ -62,8 +62,11 @@ class QuickstartConfig:
     #: barrier waits for a descheduled thread (measured: one generate 1.4 s with 1 thread,
     #: 13-27 s with 2)
     threads: int = 1
-    #: torch threads of SFT; -1 (auto): 2 when the machine is idle at the start, else 1
-    sft_threads: int = -1
+    #: torch threads of SFT. 1 by default, like RL: the numbers are then the same on an idle
+    #: and a busy machine (float sums depend on the thread count), and a busy neighbour slows
+    #: the run down instead of collapsing it (2 threads beside a busy process: ~10x slower).
+    #: -1 (auto): 2 when the machine is idle at the start (1.4x faster SFT), else 1
+    sft_threads: int = 1
     #: accept a cut-short run (exit 0)
     allow_short: bool = False
 
