@@ -75,6 +75,14 @@ OUTER_UID, OUTER_GID = os.getuid(), os.getgid()
 CELL_UID = 1000
 # CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS
 NS_FLAGS = 0x10000000 | 0x00020000 | 0x20000000 | 0x40000000 | 0x08000000 | 0x04000000
+# A server that runs as root is the privileged fallback (isolation.py: root, but no unprivileged
+# user namespaces here): cells get the same namespaces but a user namespace, and then become an
+# unprivileged host uid of their own (one per cell, so no two cells share a uid either).
+ROOT_MODE = OUTER_UID == 0
+if ROOT_MODE:
+    NS_FLAGS &= ~0x10000000
+ROOT_CELL_UIDS = 3_000_000_000 + random.randrange(100_000_000)
+_cells_started = 0
 MS_NOSUID, MS_NODEV, MS_NOEXEC = 2, 4, 8
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
@@ -104,23 +112,33 @@ class _CapData(ctypes.Structure):
                 ("inheritable", ctypes.c_uint32)]
 
 
-def _drop_capabilities():
+def _drop_capabilities(uid):
     for cap in range(64):
         _libc.prctl(24, cap, 0, 0, 0)  # PR_CAPBSET_DROP (EINVAL past the last one)
     _libc.prctl(47, 4, 0, 0, 0)  # PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL
+    if ROOT_MODE:  # leave root for the cell's own host uid (this clears the capability sets)
+        os.setgroups([])
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)
+        _libc.prctl(4, 1, 0, 0, 0)  # PR_SET_DUMPABLE, reset by the uid change: its own /proc/self
     _check(_libc.capset(ctypes.byref(_CapHeader(0x20080522, 0)), (_CapData * 2)()), "capset")
     _check(_libc.prctl(38, 1, 0, 0, 0), "PR_SET_NO_NEW_PRIVS")
 
 
-def _enter_namespaces(tmp_mb):
+def _map_user():
+    if not ROOT_MODE:
+        _write("/proc/self/setgroups", "deny")
+        _write("/proc/self/uid_map", "%d %d 1" % (CELL_UID, OUTER_UID))
+        _write("/proc/self/gid_map", "%d %d 1" % (CELL_UID, OUTER_GID))
+
+
+def _enter_namespaces(tmp_mb, uid):
     """Fresh namespaces for one cell. Returns in a grandchild, pid 1 of the new PID namespace;
     the caller's process stays outside as the cell's handle (the server waits for and kills it)
     and exits with the grandchild's status. The grandchild dies with it (PDEATHSIG)."""
     gate_r, gate_w = os.pipe()
     _check(_libc.unshare(NS_FLAGS), "unshare")
-    _write("/proc/self/setgroups", "deny")
-    _write("/proc/self/uid_map", "%d %d 1" % (CELL_UID, OUTER_UID))
-    _write("/proc/self/gid_map", "%d %d 1" % (CELL_UID, OUTER_GID))
+    _map_user()
     pid = os.fork()
     if pid:
         os.close(gate_r)
@@ -142,7 +160,7 @@ def _enter_namespaces(tmp_mb):
     if select.select([gate_r], [], [], 0)[0]:  # the outer process died before PDEATHSIG was set
         os._exit(137)
     os.close(gate_r)
-    _mount_and_drop(tmp_mb)
+    _mount_and_drop(tmp_mb, uid)
 
 
 # One clone() with all the namespace flags makes the cell pid 1 of its PID namespace directly,
@@ -169,25 +187,23 @@ def _clone_cell():
     return pid
 
 
-def _set_up_namespaces(tmp_mb):
+def _set_up_namespaces(tmp_mb, uid):
     """In a process that is already pid 1 of fresh namespaces (see _clone_cell)."""
-    _write("/proc/self/setgroups", "deny")
-    _write("/proc/self/uid_map", "%d %d 1" % (CELL_UID, OUTER_UID))
-    _write("/proc/self/gid_map", "%d %d 1" % (CELL_UID, OUTER_GID))
-    _mount_and_drop(tmp_mb)
+    _map_user()
+    _mount_and_drop(tmp_mb, uid)
 
 
-def _mount_and_drop(tmp_mb):
+def _mount_and_drop(tmp_mb, uid):
     options = "size=%dm,nr_inodes=16384,mode=1777" % tmp_mb
     _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, options)
     if os.path.isdir("/dev/shm"):
         _mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, options)
     _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
     _libc.sethostname(b"sandbox", 7)
-    _drop_capabilities()
+    _drop_capabilities(uid)
 
 
-def cell(req, out, err, status, workdir, cloned=False):
+def cell(req, out, err, status, workdir, cloned=False, uid=CELL_UID):
     """The child: set up, tell the server (fd 3: 'R' ready, or 'S' and why not), run the code,
     tell the server it is done ('E' and the exit code), exit."""
     try:
@@ -206,10 +222,10 @@ def cell(req, out, err, status, workdir, cloned=False):
         os.dup2(status, 3, inheritable=False)
         os.closerange(4, 1 << 20)
         if cloned:
-            _set_up_namespaces(req["tmp_mb"])
+            _set_up_namespaces(req["tmp_mb"], uid)
             workdir = "/tmp"
         elif req["isolate"]:
-            _enter_namespaces(req["tmp_mb"])
+            _enter_namespaces(req["tmp_mb"], uid)
             workdir = "/tmp"
         os.chdir(workdir)
         os.environ["HOME"] = os.environ["TMPDIR"] = workdir
@@ -301,7 +317,9 @@ def finish(fd, returncode, timed_out, exited):
 
 
 def start(req):
-    global _clone_ok
+    global _clone_ok, _cells_started
+    _cells_started += 1
+    uid = ROOT_CELL_UIDS + _cells_started % 1_000_000 if ROOT_MODE else CELL_UID
     out, err = (os.memfd_create(name, os.MFD_CLOEXEC) for name in ("stdout", "stderr"))
     status_r, status_w = os.pipe()
     workdir = None if req["isolate"] else tempfile.mkdtemp(prefix="arlgym-cell-", dir=req.get("scratch"))
@@ -315,7 +333,7 @@ def start(req):
     if not cloned:
         pid = os.fork()
     if pid == 0:
-        cell(req, out, err, status_w, workdir, cloned)
+        cell(req, out, err, status_w, workdir, cloned, uid)
     os.close(status_w)
     fd = os.pidfd_open(pid)
     running[fd] = {"pid": pid, "id": req["id"], "deadline": time.monotonic() + req["timeout"],

@@ -106,16 +106,31 @@ def _minimal_binds(paths: tuple[str, ...]) -> list[str]:
     return [str(p) for p in result]
 
 
-def server_command(python: str) -> list[str]:
+def server_command(python: str, mode: str = "user") -> list[str]:
     """The command line that starts ``python -I -c <server code>`` inside the boundary (the
-    code is appended by :class:`~arlgym.envs.tir_math.forkserver.ForkServer`)."""
+    code is appended by :class:`~arlgym.envs.tir_math.forkserver.ForkServer`).
+
+    ``mode="user"`` (the default, see the module docstring): everything in unprivileged user
+    namespaces. ``mode="root"``, the fallback for root on a machine without unprivileged user
+    namespaces: bubblewrap runs privileged, the server keeps root with the four capabilities it
+    needs to make each cell's namespaces (``SYS_ADMIN``, ``SETUID``, ``SETGID``, ``SETPCAP``),
+    and each cell, once its namespaces are set up, becomes a host uid of its own (from
+    3,000,000,000 on) without any capability."""
     bwrap = find_bwrap()
     if bwrap is None:
         raise MissingDependency(f"the TIR sandbox needs bubblewrap (`bwrap`), which is not installed; "
                                 f"{INSTALL_HINT}")
-    args = [bwrap, "--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc",
-            "--unshare-uts", "--unshare-cgroup-try", "--die-with-parent", "--new-session",
-            "--hostname", "sandbox", "--clearenv"]
+    if mode not in ("user", "root"):
+        raise ValueError(f"unknown isolation mode {mode!r}")
+    root = os.geteuid() == 0
+    if mode == "root" and not root:
+        raise MissingDependency("the privileged sandbox mode needs root")
+    args = [bwrap, *(["--unshare-user"] if mode == "user" else []), "--unshare-pid", "--unshare-net",
+            "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--die-with-parent",
+            "--new-session", "--hostname", "sandbox", "--clearenv"]
+    if mode == "root":
+        for cap in ("CAP_SYS_ADMIN", "CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP"):
+            args += ["--cap-add", cap]
     for key, value in CELL_ENV.items():
         args += ["--setenv", key, value]
     for top in _SYSTEM_DIRS:
@@ -126,12 +141,16 @@ def server_command(python: str) -> list[str]:
     for name in _ETC_FILES:
         args += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
     binds = _minimal_binds(_interpreter_paths(python))
-    root = os.geteuid() == 0
-    for i, path in enumerate(binds):  # as root: staged at /tmp/<i>, see below
-        args += ["--ro-bind", f"/tmp/{i}" if root else path, path]
+    staged = root and mode == "user"
+    if mode == "root":  # privileged bwrap makes the parents of a bind 0700: the cells could not pass
+        parents = sorted({str(q) for b in binds for q in Path(b).parents if str(q) != "/"})
+        for parent in parents:
+            args += ["--perms", "0755", "--dir", parent]
+    for i, path in enumerate(binds):  # staged: at /tmp/<i>, see below
+        args += ["--ro-bind", f"/tmp/{i}" if staged else path, path]
     args += ["--proc", "/proc", "--dev", "/dev", "--dir", "/tmp", "--remount-ro", "/dev",
              "--remount-ro", "/", "--chdir", "/", python, "-I", "-c"]
-    if not root:
+    if not staged:
         return args
     # As root, the server runs as uid 65534 (setpriv), which may not be allowed to reach the
     # interpreter (e.g. a pyenv under /root, mode 700). So the launcher first enters a private
@@ -153,6 +172,41 @@ def server_command(python: str) -> list[str]:
 
 _PROBE_LOCK = threading.Lock()
 _PROBED: dict[str, str | None] = {}
+_MODES: dict[str, str] = {}
+
+#: ``ARLGYM_SANDBOX_MODE=user|root`` pins the mode (tests; debugging); unset, ``user`` is tried
+#: first and, for root, ``root`` after it.
+MODE_VARIABLE = "ARLGYM_SANDBOX_MODE"
+
+
+def isolation_mode(python: str) -> str:
+    """``"user"`` or ``"root"``: how cells are isolated here (see :func:`server_command`)."""
+    isolation_problem(python)
+    return _MODES.get(python, "user")
+
+
+def _probe(python: str, mode: str) -> str | None:
+    from arlgym.envs.tir_math.forkserver import ForkServer, ForkServerError
+
+    check = ("import os\nprint(os.getpid(), os.getuid() != 0, sorted(os.listdir('/proc'))[:1], "
+             "open('/proc/self/status').read().split('CapEff:')[1].split()[0])")
+    expected = "1 True ['1'] 0000000000000000"
+    server = None
+    try:
+        server = ForkServer(server_command(python, mode), CELL_ENV, "", preload=(), start_timeout=60)
+        reply = server.run({"code": check, "timeout": 30, "limits": {}, "max_output": 4096,
+                            "isolate": True, "tmp_mb": 16})
+        if reply.get("setup_error"):
+            return f"cells cannot enter their namespaces: {reply['setup_error'].strip()[-300:]}"
+        if reply["stdout"].strip() != expected:
+            return (f"the probe cell saw {reply['stdout'].strip()!r} {reply['stderr'][-300:]!r} "
+                    f"instead of {expected!r}")
+        return None
+    except (ForkServerError, MissingDependency, OSError) as e:
+        return f"bubblewrap could not start the sandbox: {e}"
+    finally:
+        if server is not None:
+            server.close()
 
 
 def isolation_problem(python: str) -> str | None:
@@ -161,8 +215,6 @@ def isolation_problem(python: str) -> str | None:
     The probe starts a real (light) server inside the boundary and runs one cell that checks
     its own namespaces, so a kernel without unprivileged user namespaces, a seccomp profile that
     forbids them, or an interpreter the sandbox uid cannot read are all found here."""
-    from arlgym.envs.tir_math.forkserver import ForkServer, ForkServerError
-
     with _PROBE_LOCK:
         if python in _PROBED:
             return _PROBED[python]
@@ -172,24 +224,17 @@ def isolation_problem(python: str) -> str | None:
         elif find_bwrap() is None:
             problem = "bubblewrap (`bwrap`) is not installed"
         else:
-            check = ("import os\nprint(os.getpid(), os.getuid(), sorted(os.listdir('/proc'))[:1], "
-                     "open('/proc/self/status').read().split('CapEff:')[1].split()[0])")
-            server = None
-            try:
-                server = ForkServer(server_command(python), CELL_ENV, "", preload=(), start_timeout=60)
-                reply = server.run({"code": check, "timeout": 30, "limits": {}, "max_output": 4096,
-                                    "isolate": True, "tmp_mb": 16})
-                expected = "1 1000 ['1'] 0000000000000000"
-                if reply.get("setup_error"):
-                    problem = f"cells cannot enter their namespaces: {reply['setup_error'].strip()[-300:]}"
-                elif reply["stdout"].strip() != expected:
-                    problem = (f"the probe cell saw {reply['stdout'].strip()!r} {reply['stderr'][-300:]!r} "
-                               f"instead of {expected!r}")
-            except (ForkServerError, MissingDependency, OSError) as e:
-                problem = f"bubblewrap could not start the sandbox: {e}"
-            finally:
-                if server is not None:
-                    server.close()
+            pinned = os.environ.get(MODE_VARIABLE)
+            modes = [pinned] if pinned else ["user", "root"] if os.geteuid() == 0 else ["user"]
+            problems = []
+            for mode in modes:
+                found = _probe(python, mode) if mode in ("user", "root") else f"unknown mode {mode!r}"
+                if found is None:
+                    _MODES[python] = mode
+                    break
+                problems.append(f"{mode} mode: {found}")
+            else:
+                problem = "; ".join(problems)
         _PROBED[python] = problem
         return problem
 

@@ -197,7 +197,7 @@ class _Server:
         self.users: set[int] = set()
         self.cgroup = None
         if isolated:
-            command = _iso.server_command(python)
+            command = _iso.server_command(python, _iso.isolation_mode(python))
             if memory_mb is not None:
                 self.cgroup = _iso.MemoryCgroup.create((memory_mb + SERVER_HEADROOM_MB) << 20,
                                                             max_processes + 16)

@@ -172,7 +172,11 @@ print(json.dumps({{'pids': pids, 'leak': any({SECRET!r} in t or 'ARLGYM_ESCAPE' 
     assert seen["pids"] == [1]  # only the cell itself
     assert not seen["leak"]
     assert set(seen["env"]) <= set(isolation.CELL_ENV) | {"PWD"}
-    assert seen["uid"] == 1000 and seen["cap"] == "0" * 16
+    if isolation.isolation_mode(sys.executable) == "user":
+        assert seen["uid"] == 1000  # in its own user namespace (65534 on the host)
+    else:  # the privileged fallback: a host uid of its own
+        assert seen["uid"] >= 3_000_000_000
+    assert seen["cap"] == "0" * 16
 
 
 def test_host_files_cannot_be_written_or_read(box, tmp_path):
@@ -458,3 +462,58 @@ box.close()
     assert cell["uid"] == 1000 and cell["pids"] == 1 and cell["net"] == 101 and not cell["wrote"]
     assert set(cell["env"]) <= set(isolation.CELL_ENV) | {"PWD"}
     assert not (PROJECT / MARKER).exists()
+
+
+_PRIVILEGED_CELL = """
+import json, os, socket, subprocess, sys
+try:
+    socket.create_connection(("127.0.0.1", PORT), timeout=1); net = "connected"
+except OSError as e:
+    net = e.errno
+wrote = []
+for path in PATHS:
+    try:
+        open(path, "w"); wrote.append(path)
+    except OSError:
+        pass
+killed = []
+for pid in (ENV_PID, 2, 3):
+    try:
+        os.kill(pid, 9); killed.append(pid)
+    except OSError:
+        pass
+subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)", MARKER], start_new_session=True)
+status = open("/proc/self/status").read()
+print(json.dumps({"pid": os.getpid(), "uid": os.getuid(), "net": net, "wrote": wrote, "killed": killed,
+                  "pids": sorted(p for p in os.listdir("/proc") if p.isdigit()), "env": sorted(os.environ),
+                  "cap": status.split("CapEff:")[1].split()[0], "bnd": status.split("CapBnd:")[1].split()[0],
+                  "secret": SECRET in open("/proc/1/environ").read()}))
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the privileged fallback mode is for root")
+def test_privileged_fallback_mode(listener):
+    """Root on a machine without unprivileged user namespaces: bwrap runs privileged and each
+    cell becomes a host uid of its own (ARLGYM_SANDBOX_MODE=root pins the mode here)."""
+    cell = (_PRIVILEGED_CELL.replace("PORT", str(listener.getsockname()[1]))
+            .replace("PATHS", repr((str(PROJECT / MARKER), str(Path.home() / MARKER), f"/etc/{MARKER}")))
+            .replace("ENV_PID", str(ENV_PID)).replace("MARKER", repr(MARKER)).replace("SECRET", repr(SECRET)))
+    script = (
+        "import json, sys\n"
+        "from arlgym.envs.tir_math import isolation\n"
+        "from arlgym.envs.tir_math.sandbox import PythonSandbox\n"
+        "assert isolation.isolation_mode(sys.executable) == 'root', isolation.isolation_problem(sys.executable)\n"
+        "box = PythonSandbox(timeout=5.0, memory_mb=256)\n"
+        f"first, second = box.run({cell!r}), box.run({cell!r})\n"
+        "box.close()\n"
+        "print(json.dumps({'first': first.stdout.strip(), 'err': first.stderr[-500:], 'second': second.stdout.strip()}))\n")
+    env = dict(os.environ, ARLGYM_SANDBOX_MODE="root", PYTHONPATH=str(PROJECT))
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    report = json.loads(out.stdout.strip().splitlines()[-1])
+    first, second = json.loads(report["first"]), json.loads(report["second"])
+    assert first["pid"] == 1 and first["pids"][0] == "1", first
+    assert first["uid"] >= 3_000_000_000 and second["uid"] != first["uid"]  # one uid per cell
+    assert first["cap"] == first["bnd"] == "0" * 16
+    assert first["net"] == 101 and first["wrote"] == [] and first["killed"] == []
+    assert set(first["env"]) <= set(isolation.CELL_ENV) | {"PWD"} and not first["secret"]
