@@ -22,6 +22,10 @@ Two layers:
    namespace), its own ``/proc``, no capabilities. So two cells of one server — two envs of one
    process, or two rollouts of a group — share no file, process, socket or IPC object.
 
+Where unprivileged user namespaces are disabled, root gets a privileged fallback
+(``server_command(mode="root")``): same namespaces per cell, built by a root server with four
+capabilities, each cell then a capability-less host uid of its own.
+
 Memory: where this machine has a writable memory cgroup (v2 with the memory controller, or v1),
 each server runs in its own (:class:`MemoryCgroup`): ``memory_mb`` plus a headroom for the warm
 interpreter, for its whole process tree; cells offer themselves first to the OOM killer.
