@@ -507,8 +507,8 @@ class ForkServer:
         if self._proc.poll() is None:
             try:
                 assert self._proc.stdin is not None
-                self._proc.stdin.close()
-                self._proc.wait(timeout=5)
+                self._proc.stdin.close()  # EOF: the server kills its cells and exits ...
+                self._proc.wait(timeout=3)  # ... unless a forked child of ours still holds the pipe
             except (OSError, subprocess.TimeoutExpired):
                 self._proc.kill()
                 self._proc.wait()
