@@ -14,7 +14,7 @@ from typing import Any
 
 from arlgym.errors import ConfigError
 
-__all__ = ["TrainConfig"]
+__all__ = ["TrainConfig", "check_env"]
 
 
 def _f(default: Any, help: str, **kw: Any) -> Any:  # noqa: A002 - mirrors dataclasses' name
@@ -307,3 +307,31 @@ def _check_knobs(cfg: TrainConfig, presets: Any, advantages: Any, losses: Any) -
                 raise ConfigError(
                     f"{_WHERE}: {field_name} has an unknown knob {key!r} for {name!r}"
                     f"{did_you_mean(key, allowed)}. Fix: use only {', '.join(allowed)}.")
+
+
+def check_env(cfg: TrainConfig) -> None:
+    """Build one env with ``cfg.env_kwargs`` and check the splits the run will evaluate on
+    (``eval_split`` with ``eval_steps``, ``test_split`` with ``test_episodes``), so a bad value
+    fails before a model is loaded rather than at the first eval."""
+    from arlgym.core.validation import make_checked_env
+
+    env = make_checked_env(cfg.env_id, cfg.env_kwargs, where=_WHERE)
+    try:
+        for field_name, count_name, used in (
+                ("eval_split", "eval_episodes", cfg.eval_steps > 0),
+                ("test_split", "test_episodes", getattr(cfg, "test_episodes", 0) > 0)):
+            split, count = getattr(cfg, field_name, None), getattr(cfg, count_name, 0)
+            if not used or split is None:
+                continue
+            try:
+                tasks = env.unwrapped.list_tasks(split, count)
+            except NotImplementedError:
+                continue
+            except ConfigError as e:
+                raise ConfigError(f"{_WHERE}: {field_name}={split!r}: {e}") from None
+            if len(tasks) < count:
+                raise ConfigError(f"{_WHERE}: {count_name}={count} but {cfg.env_id} split "
+                                  f"{split!r} has only {len(tasks)} tasks. Fix: set {count_name} "
+                                  f"<= {len(tasks)}")
+    finally:
+        env.close()

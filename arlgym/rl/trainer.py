@@ -35,7 +35,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from arlgym.core.validation import check_env_kwargs
 from arlgym.envs import env_family as family_of
 from arlgym.errors import ConfigError
 from arlgym.rl.advantages import advantage_metrics, compute_advantages
@@ -49,7 +48,7 @@ from arlgym.rl.batching import (
     shared_prompt_logprobs,
     token_samples,
 )
-from arlgym.rl.config import TrainConfig
+from arlgym.rl.config import TrainConfig, check_env
 from arlgym.rl.distributed import check_rollout_support, full_weights, set_launcher_env
 from arlgym.rl.lora import adapters_disabled, apply_lora, merged_copy, merged_weights
 from arlgym.rl.losses import policy_loss
@@ -192,7 +191,7 @@ class Trainer:
         if cfg.torch_threads:
             torch.set_num_threads(cfg.torch_threads)
         self.algo = resolve_algorithm(cfg)
-        check_env_kwargs(cfg.env_id, cfg.env_kwargs, where="trainer config")  # before the model
+        check_env(cfg)  # env kwargs and eval/test splits, before the model loads
         self.out = Path(cfg.output_dir)
         log_with = None if cfg.log_with in ("none", "", None) else cfg.log_with
         self.accelerator = Accelerator(

@@ -392,6 +392,23 @@ for field_name, value in [
 ]:
     case(f"trainconfig-{field_name}-{value!r}", _train_config(**{field_name: value}), field_name)
 case("trainconfig-save_best-without-eval", _train_config(save_best=True), "eval_steps")
+
+
+def _check_env(**kw: Any) -> Callable[[Path], Any]:
+    def run(_tmp: Path) -> Any:
+        from arlgym.rl.config import TrainConfig, check_env
+
+        check_env(TrainConfig(**kw))
+
+    return run
+
+
+case("trainconfig-eval_split", _check_env(eval_steps=5, eval_split="nope"), "eval_split")
+case("trainconfig-test_split", _check_env(test_episodes=5, test_split="nope"), "test_split")
+case("trainconfig-eval_episodes-too-many",
+     _check_env(eval_steps=5, eval_split="val", env_kwargs={"levels": ["#####\n#@$.#\n#####"]}),
+     "eval_episodes")
+case("trainconfig-env_kwargs-value", _check_env(env_kwargs={"search_depth": "x"}), "search_depth")
 case("trainconfig-loss_kwargs-unknown-knob", _train_config(loss_kwargs={"sapo_tau": 1.0}),
      "loss_kwargs", "sapo_tau")
 case("trainconfig-advantage_kwargs-typo", _train_config(advantage_kwargs={"cros_steps": True}),
