@@ -857,11 +857,11 @@ def _build_store(folder: Path, products_file: Path, instructions_file: Path, hum
         np.save(tmp / "goal_order.npy", np.asarray(order, dtype=np.int64))
         (tmp / "meta.json").write_text(json.dumps({"products": n_products, "goals": n_goals,
                                                    "source": str(products_file)}))
-        if folder.exists():
-            shutil.rmtree(folder, ignore_errors=True)
+        if folder.exists() and not (folder / "meta.json").is_file():
+            shutil.rmtree(folder, ignore_errors=True)  # an incomplete one
         try:
             tmp.replace(folder)
-        except OSError:  # another process stored it first
+        except OSError:  # another process stored it first: keep theirs
             pass
     finally:
         if tmp.exists():

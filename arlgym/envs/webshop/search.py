@@ -329,31 +329,32 @@ def shared_index(catalog: Any, use_disk: bool = True) -> ProductIndex:
         if key in _SHARED:
             return _SHARED[key]
         folder = cache_root() / "webshop" / key
-        bm25 = None
+        bm25, damaged = None, False
         if use_disk and (folder / "vocab.json").is_file():
             try:
                 bm25 = BM25.load(folder, _analyzer())
             except (OSError, ValueError, KeyError):
-                bm25 = None  # a damaged cache entry: rebuild it below
+                damaged = True  # rebuild it below
         if bm25 is None:
             bm25 = build_bm25(catalog)
             if use_disk:
-                _store(bm25, folder)
+                _store(bm25, folder, replace=damaged)
         _SHARED[key] = index = ProductIndex(bm25, catalog.asin_of)
         return index
 
 
-def _store(bm25: BM25, folder: Path) -> None:
-    """Write atomically: into a temporary sibling, then rename (a concurrent writer's copy wins)."""
+def _store(bm25: BM25, folder: Path, replace: bool = False) -> None:
+    """Write atomically: into a temporary sibling, then rename. A copy another process stored
+    meanwhile is kept (``replace``: a damaged one is not)."""
     try:
         folder.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=folder.name + ".tmp-", dir=folder.parent))
         bm25.save(tmp)
-        if folder.exists():
+        if replace and folder.exists():
             shutil.rmtree(folder, ignore_errors=True)
         try:
             os.replace(tmp, folder)
-        except OSError:
+        except OSError:  # it exists: another process stored it first
             shutil.rmtree(tmp, ignore_errors=True)
     except OSError:
         pass  # a read-only home: the index still works, only not cached

@@ -295,3 +295,16 @@ def test_official_files_are_stored_once_read_lazily_and_goals_ordered_as_webshop
                 break
         won += info["won"]
     assert won == 20
+
+
+def test_a_damaged_cache_entry_is_rebuilt(cache):
+    _, index = load_shop(None, 700, 3)
+    expected = index.search("wool socks black")
+    vocab = next(cache.glob("webshop/*/vocab.json"))
+    vocab.write_text("{not json")
+    search_mod._clear_shared()
+    _, rebuilt = load_shop(None, 700, 3)
+    assert rebuilt.search("wool socks black") == expected and not isinstance(rebuilt.bm25.docs, np.memmap)
+    search_mod._clear_shared()
+    _, cached = load_shop(None, 700, 3)
+    assert isinstance(cached.bm25.docs, np.memmap) and cached.search("wool socks black") == expected
