@@ -91,7 +91,7 @@ def worker(n: int, mode: str, baseline: bool, data_dir: str | None = None) -> di
     catalog, index = load_shop(data_dir, n, 0)
     out["start_s"] = round(time.perf_counter() - t, 3)
     out["rss_after_start_mb"] = round(_rss_mb(), 1)
-    out["memmapped"] = isinstance(index.bm25.docs, np.memmap)
+    out["memmapped"] = isinstance(index.bm25.docs.base, np.memmap)
     out["postings"] = int(len(index.bm25.docs))
     if mode == "cold":
         return out

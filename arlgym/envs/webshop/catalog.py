@@ -38,7 +38,7 @@ import itertools
 import json
 import random
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from functools import lru_cache
@@ -112,6 +112,9 @@ class Catalog:
 
     def asin_of(self, i: int) -> str:
         return self._asins[i]
+
+    def asins_of(self, numbers: Iterable[int]) -> list[str]:
+        return [self._asins[int(i)] for i in numbers]
 
     def iter_products(self) -> Iterator[Product]:
         return iter(self.products)
@@ -238,6 +241,7 @@ _ASIN_M = 36 ** 8
 _ASIN_A = 25_214_903_917  # odd and not a multiple of 3: invertible mod 36^8
 _ASIN_A_INV = pow(_ASIN_A, -1, _ASIN_M)
 _B36 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+_B36_CODES = np.frombuffer(_B36.encode(), dtype=np.uint8)
 # model codes "BX-4821": two consonants (no stop-word is one) and four digits, a bijection of the
 # product number, so every synthetic title is unique (as Amazon titles with model numbers are)
 _MODEL_LETTERS = "BCDFGHJKLMNPQRSTVWXZ"
@@ -415,6 +419,16 @@ class SyntheticCatalog:
             x, r = divmod(x, 36)
             digits.append(_B36[r])
         return "B0" + "".join(reversed(digits))
+
+    def asins_of(self, numbers: np.ndarray) -> list[str]:
+        """:meth:`asin_of` of many products at once (vectorised: a search's 50 results)."""
+        x = (np.asarray(numbers, dtype=np.int64) * _ASIN_A + self._asin_b) % _ASIN_M
+        codes = np.empty((len(x), 10), dtype=np.uint8)
+        codes[:, 0], codes[:, 1] = ord("B"), ord("0")
+        for k in range(9, 1, -1):
+            x, r = np.divmod(x, 36)
+            codes[:, k] = _B36_CODES[r]
+        return [c.decode() for c in codes.view("S10").ravel()]
 
     def index_of(self, asin: str) -> int | None:
         asin = asin.upper()
@@ -935,6 +949,9 @@ class OfficialCatalog:
 
     def asin_of(self, i: int) -> str:
         return str(self._asins[int(i)])
+
+    def asins_of(self, numbers: Iterable[int]) -> list[str]:
+        return [str(a) for a in self._asins[np.asarray(numbers, dtype=np.int64)]]
 
     def index_of(self, asin: str) -> int | None:
         row = self._db().execute("SELECT idx FROM products WHERE asin = ?", (asin,)).fetchone()

@@ -281,20 +281,26 @@ class BM25:
     def load(cls, folder: Path, analyzer: Analyzer | None = None) -> BM25:
         meta = json.loads((folder / "vocab.json").read_text())
         vocab = {t: i for i, t in enumerate(meta["terms"])}
-        arrays = [np.load(folder / f"{n}.npy", mmap_mode="r") for n in ("indptr", "docs", "weights")]
-        index = cls(vocab, np.asarray(arrays[0]), *arrays[1:], n_docs=meta["n_docs"], analyzer=analyzer)
+        # plain ndarray views of the memory maps (np.memmap's slicing is slow); ``.base`` is the map
+        arrays = [np.asarray(np.load(folder / f"{n}.npy", mmap_mode="r")) for n in ("indptr", "docs", "weights")]
+        index = cls(vocab, *arrays, n_docs=meta["n_docs"], analyzer=analyzer)
         index._max_weight = np.load(folder / "maxw.npy")
         return index
 
 
 class ProductIndex:
-    """A catalog's BM25 index answering with asins."""
+    """A catalog's BM25 index answering with asins (``asins_of``: the catalog's vectorised
+    number → asin, else ``asin_of`` one at a time)."""
 
-    def __init__(self, bm25: BM25, asin_of: Callable[[int], str]) -> None:
-        self.bm25, self._asin_of = bm25, asin_of
+    def __init__(self, bm25: BM25, asin_of: Callable[[int], str],
+                 asins_of: Callable[[np.ndarray], list[str]] | None = None) -> None:
+        self.bm25, self._asin_of, self._asins_of = bm25, asin_of, asins_of
 
     def search(self, query: str, k: int = SEARCH_RETURN_N) -> list[str]:
-        return [self._asin_of(int(i)) for i in self.bm25.search(query, k)]
+        found = self.bm25.search(query, k)
+        if self._asins_of is not None:
+            return self._asins_of(found)
+        return [self._asin_of(int(i)) for i in found]
 
 
 # ----------------------------------------------------------------------------- sharing
@@ -339,7 +345,7 @@ def shared_index(catalog: Any, use_disk: bool = True) -> ProductIndex:
             bm25 = build_bm25(catalog)
             if use_disk:
                 _store(bm25, folder, replace=damaged)
-        _SHARED[key] = index = ProductIndex(bm25, catalog.asin_of)
+        _SHARED[key] = index = ProductIndex(bm25, catalog.asin_of, getattr(catalog, "asins_of", None))
         return index
 
 

@@ -103,14 +103,14 @@ def test_index_is_built_once_shared_by_envs_and_identical_from_the_disk_cache(ca
     envs = [gym.make("arl/WebShop-v0", num_products=3000, catalog_seed=9).unwrapped for _ in range(3)]
     assert envs[0].index is envs[1].index is envs[2].index
     fresh = envs[0].index
-    assert not isinstance(fresh.bm25.docs, np.memmap)                 # built here
+    assert not isinstance(fresh.bm25.docs.base, np.memmap)                 # built here
     assert len(list(cache.glob("webshop/*/docs.npy"))) == 1          # and stored
     catalog = envs[0].catalog
     queries = [_request(catalog.goals[i]) for i in range(150)] + [catalog.goals[i].name for i in range(50)]
     expected = [fresh.search(q) for q in queries]
     search_mod._clear_shared()
     cached = gym.make("arl/WebShop-v0", num_products=3000, catalog_seed=9).unwrapped.index
-    assert cached is not fresh and isinstance(cached.bm25.docs, np.memmap)  # memory-mapped
+    assert cached is not fresh and isinstance(cached.bm25.docs.base, np.memmap)  # memory-mapped
     assert [cached.search(q) for q in queries] == expected
 
 
@@ -140,7 +140,7 @@ def test_a_worker_process_loads_the_cached_index_in_under_a_second(cache):
     load_shop(None, 20_000, 4)  # build and store
     code = ("import time; import numpy as np; from arlgym.envs.webshop.env import load_shop; "
             "t = time.process_time(); c, i = load_shop(None, 20000, 4); i.search('wool socks'); "
-            "assert isinstance(i.bm25.docs, np.memmap); print(time.process_time() - t)")  # CPU: the machine may be busy
+            "assert isinstance(i.bm25.docs.base, np.memmap); print(time.process_time() - t)")  # CPU: the machine may be busy
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                          env={**__import__("os").environ, "ARLGYM_CACHE_DIR": str(cache)})
     assert out.returncode == 0, out.stderr
@@ -304,7 +304,14 @@ def test_a_damaged_cache_entry_is_rebuilt(cache):
     vocab.write_text("{not json")
     search_mod._clear_shared()
     _, rebuilt = load_shop(None, 700, 3)
-    assert rebuilt.search("wool socks black") == expected and not isinstance(rebuilt.bm25.docs, np.memmap)
+    assert rebuilt.search("wool socks black") == expected and not isinstance(rebuilt.bm25.docs.base, np.memmap)
     search_mod._clear_shared()
     _, cached = load_shop(None, 700, 3)
-    assert isinstance(cached.bm25.docs, np.memmap) and cached.search("wool socks black") == expected
+    assert isinstance(cached.bm25.docs.base, np.memmap) and cached.search("wool socks black") == expected
+
+
+def test_vectorised_asins_equal_one_at_a_time():
+    catalog = generate_catalog(5000, seed=11)
+    numbers = np.array([0, 1, 4999, 1234, 77])
+    assert catalog.asins_of(numbers) == [catalog.asin_of(int(i)) for i in numbers]
+    assert all(catalog.index_of(a) == int(i) for a, i in zip(catalog.asins_of(numbers), numbers, strict=True))
