@@ -113,6 +113,7 @@ def detect_collapse(rows: Sequence[Mapping[str, Any]], **thresholds: float) -> d
     low, fmt, suc = (_smooth(s, window) for s in (low_raw, fmt_raw, suc_raw))
     low_ref, fmt_peak, suc_peak = low[0], fmt[0], suc[0]
     up: list[bool] = []
+    floors: list[float] = []
     falling_since: int | None = None
     for i in range(len(rows)):
         # references from strictly earlier steps, so a step is compared with the run's past
@@ -122,6 +123,7 @@ def detect_collapse(rows: Sequence[Mapping[str, Any]], **thresholds: float) -> d
             suc_peak = max(suc_peak, suc[i - 1])
         low_threshold = min(max(th["low_ratio"] * low_ref, low_ref + th["low_abs"]), th["low_level"])
         up.append(i >= 1 and low[i] >= low_threshold)
+        floors.append(low_ref)
         fmt_down = fmt[i] <= fmt_peak - th["format_drop"]
         if suc_peak < th["success_abs_drop"]:
             suc_down = True
@@ -143,12 +145,12 @@ def detect_collapse(rows: Sequence[Mapping[str, Any]], **thresholds: float) -> d
         return {
             "step": rows[began]["step"],
             "detected_at": rows[i]["step"],
-            "reason": (f"{LOW_KEY} rose to {peak_low:.4f} (floor {low_ref:.4f}) from step "
+            "reason": (f"{LOW_KEY} rose to {peak_low:.4f} (floor {floors[began]:.4f}) from step "
                        f"{rows[began]['step']}, then format validity fell {fmt_peak:.2f} -> "
                        f"{fmt[i]:.2f} and success {suc_peak:.2f} -> {suc[i]:.2f} "
                        "(paper Finding 2)"),
             "evidence": {
-                LOW_KEY: {"floor": low_ref, "peak": peak_low, "threshold": low_threshold,
+                LOW_KEY: {"floor": floors[began], "peak": peak_low, "threshold": low_threshold,
                           "up_steps": [rows[j]["step"] for j in signs]},
                 FORMAT_KEY: {"peak": fmt_peak, "value": fmt[i]},
                 SUCCESS_KEY: {"peak": suc_peak, "value": suc[i]},
