@@ -9,7 +9,7 @@ Part 2: every parser of ``arlgym.core.parsing`` (``parse_response`` strict and l
 ``parse_tir_response``, ``extract_boxed``) on families a collapsing policy can emit — a ``<`` or
 a code fence followed by a long whitespace run, thousands of nested or unclosed tags, fences
 without a closing one, nested ``\\boxed{`` — from 1k to 1M characters. A linear parser's time
-grows ~10x per 10x of input; the table prints the growth ratio per decade (before the fix,
+grows ~10x per 10x of input; the table prints the growth ratio per decade of CPU time (before the fix,
 ``"<" + 32k spaces`` took 15 s, quadratic: ratio 100).
 """
 
@@ -61,13 +61,15 @@ PARSERS: dict[str, Callable[[str], object]] = {
 
 
 def seconds(parser: Callable[[str], object], text: str, budget: float = 0.05) -> float:
-    """Best-of time of one call (repeats small inputs so that the clock resolves them)."""
+    """Best-of CPU time of one call (repeats small inputs so that the clock resolves them).
+    CPU time of this thread, not wall time: on a loaded machine a long call is preempted more
+    often than a short one, which would make a linear parser look superlinear."""
     best = float("inf")
     spent = 0.0
     while spent < budget or best == float("inf"):
-        t = time.perf_counter()
+        t = time.thread_time()
         parser(text)
-        dt = time.perf_counter() - t
+        dt = time.thread_time() - t
         best = min(best, dt)
         spent += dt
         if dt > budget:

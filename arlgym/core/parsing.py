@@ -79,21 +79,41 @@ class ParsedResponse:
 _Tag = tuple[int, int, str, str]
 
 
-def _find_tags(text: str) -> list[_Tag]:
-    return [(m.start(), m.end(), m.group(1), m.group(2).lower()) for m in _TAG.finditer(text)]
+@dataclass(slots=True)
+class _TagScan:
+    """What one pass over a response's tags found. Only counts and the first five tags are
+    kept: a response with 100k tags allocates nothing per tag that outlives the loop (a list of
+    them made the garbage collector's cost grow with the input)."""
+
+    first: list[_Tag]
+    counts: dict[str, int]
+    blocks: dict[str, str]  # name -> stripped content of its first complete block
+    has_open_think: bool
+    has_close_think: bool
 
 
-def _first_block(text: str, tags: list[_Tag], name: str) -> str | None:
-    """Content between the first opening ``name`` tag and the first closing tag after it."""
-    start = None
-    for begin, end, slash, tag in tags:
-        if tag != name:
-            continue
-        if start is None and not slash:
-            start = end
-        elif start is not None and slash:
-            return text[start:begin].strip()
-    return None
+def _scan_tags(text: str) -> _TagScan:
+    first: list[_Tag] = []
+    counts = {"think": 0, "action": 0}
+    opened: dict[str, int] = {}
+    spans: dict[str, tuple[int, int]] = {}
+    has_open = has_close = False
+    for m in _TAG.finditer(text):
+        slash, name = m.group(1), m.group(2).lower()
+        if len(first) < 5:
+            first.append((m.start(), m.end(), slash, name))
+        counts[name] += 1
+        if name == "think":
+            has_close = has_close or bool(slash)
+            has_open = has_open or not slash
+        if name not in spans:  # the first opening tag, then the first closing tag after it
+            if name not in opened:
+                if not slash:
+                    opened[name] = m.end()
+            elif slash:
+                spans[name] = (opened[name], m.start())
+    blocks = {name: text[a:b].strip() for name, (a, b) in spans.items()}
+    return _TagScan(first, counts, blocks, has_open, has_close)
 
 
 def parse_response(text: object, strict: bool = True, think_prefilled: bool = False) -> ParsedResponse:
@@ -123,9 +143,9 @@ def parse_response(text: object, strict: bool = True, think_prefilled: bool = Fa
     if not text.strip():
         return ParsedResponse(None, None, False, "empty")
 
-    tags = _find_tags(text)
-    think = _first_block(text, tags, "think")
-    action = _first_block(text, tags, "action")
+    scan = _scan_tags(text)
+    think = scan.blocks.get("think")
+    action = scan.blocks.get("action")
     if action == "":
         action = None  # an empty action cannot be executed
         empty_action = True
@@ -133,21 +153,21 @@ def parse_response(text: object, strict: bool = True, think_prefilled: bool = Fa
         empty_action = False
 
     if strict:
-        error = _strict_error(text, tags, think, action, empty_action)
+        error = _strict_error(text, scan, think, action, empty_action)
     else:
-        error = _lenient_error(tags, think, action, empty_action)
+        error = _lenient_error(scan, think, action, empty_action)
     return ParsedResponse(think, action, error is None, error)
 
 
 def _strict_error(
     text: str,
-    tags: list[_Tag],
+    scan: _TagScan,
     think: str | None,
     action: str | None,
     empty_action: bool,
 ) -> str | None:
-    n_think = sum(1 for *_, tag in tags if tag == "think")
-    n_action = len(tags) - n_think
+    n_think, n_action = scan.counts["think"], scan.counts["action"]
+    tags = scan.first  # all of them once the counts below are checked (at most 2 + 2)
     if think is None:
         return "missing_think"
     if action is None and not empty_action:
@@ -169,16 +189,14 @@ def _strict_error(
 
 
 def _lenient_error(
-    tags: list[_Tag],
+    scan: _TagScan,
     think: str | None,
     action: str | None,
     empty_action: bool,
 ) -> str | None:
     if action is None:
         return "empty_action" if empty_action else "missing_action"
-    has_open = any(tag == "think" and not slash for _, _, slash, tag in tags)
-    has_close = any(tag == "think" and slash for _, _, slash, tag in tags)
-    if not (has_open and has_close):
+    if not (scan.has_open_think and scan.has_close_think):
         return "missing_think"
     return None
 
@@ -243,8 +261,12 @@ def _last_boxed(text: str) -> tuple[int, str] | None:
 
     One pass over the text pairs every brace (a stack), so adversarial input such as thousands
     of nested ``\\boxed{`` stays linear."""
-    opens = [m.span() for m in _BOXED_OPEN.finditer(text)]
-    if not opens:
+    starts: list[int] = []
+    brace_ends: list[int] = []  # ints only: nothing per match for the garbage collector to walk
+    for m in _BOXED_OPEN.finditer(text):
+        starts.append(m.start())
+        brace_ends.append(m.end())
+    if not starts:
         return None
     closing: dict[int, int] = {}
     stack: list[int] = []
@@ -253,8 +275,8 @@ def _last_boxed(text: str) -> tuple[int, str] | None:
             stack.append(i)
         elif ch == "}" and stack:
             closing[stack.pop()] = i
-    for start, brace_end in reversed(opens):
-        end = closing.get(brace_end - 1)
+    for k in range(len(starts) - 1, -1, -1):
+        end = closing.get(brace_ends[k] - 1)
         if end is not None:
-            return start, text[brace_end:end].strip()
+            return starts[k], text[brace_ends[k]:end].strip()
     return None
