@@ -539,8 +539,9 @@ class SyntheticCatalog:
         pptr = np.concatenate(([0], np.cumsum(plen)))
         pterms = np.array([t for ts in term_lists for t in ts], dtype=np.int64)
         n_terms = len(vocab)
-        for start in range(0, self.num_products, _CHUNK):
-            stop = min(self.num_products, start + _CHUNK)
+        step = 16_384  # documents a round: bounds the expansion's scratch arrays (~40 MB)
+        for start in range(0, self.num_products, step):
+            stop = min(self.num_products, start + step)
             n = stop - start
             idx = np.arange(start, stop)
             cat = idx % len(_CATS)
