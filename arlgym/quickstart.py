@@ -6,9 +6,9 @@ effect as a paired difference (same rooms before and after) and its standard err
 the curves.
 
 Every phase runs a fixed number of steps (with a progress bar and ETA), never a time budget, so
-a busy machine gives the same numbers later. One torch thread per phase by default (two
-threads next to another busy process run ~10x slower than one; ``--sft-threads -1`` picks two
-for SFT when the machine is idle at the start). If a phase is cut short anyway (``--sft-minutes`` as an
+a busy machine gives the same numbers later. RL and eval use one torch thread, SFT two only
+when the machine is idle at the start (two threads next to another busy process run ~10x
+slower than one). If a phase is cut short anyway (``--sft-minutes`` as an
 explicit guard, Ctrl-C), the table says so and the command exits with status 3 unless
 ``--allow-short`` was given.
 """
@@ -34,23 +34,25 @@ class CutShort(RuntimeError):
 @dataclass
 class QuickstartConfig:
     out: str = "runs/quickstart"
-    #: expert demonstrations
-    episodes: int = 2000
-    #: SFT optimizer steps, deliberately short: a weak start where RL has headroom (measured:
-    #: 250 steps ~40-60% greedy, 927 steps ~92%, bench/bench_sft.py)
-    sft_steps: int = 300
+    #: expert demonstrations. Measured (200 held-out rooms, seed 0, bench/bench_sft.py): 2,000
+    #: rooms × 3 epochs (615 steps) 60.5%, 2,000 × 4 (820 steps) 83.5%, 3,000 × 3 (927 steps) 93.0%
+    episodes: int = 3000
+    #: SFT passes over the demonstrations: a fixed number of steps (927 for 3,000 rooms)
+    sft_epochs: int = 3
+    #: SFT optimizer steps instead of epochs (0: use sft_epochs)
+    sft_steps: int = 0
     #: optional guard (minutes): stop SFT when it is spent — the run is then marked cut short
     sft_minutes: float | None = None
     sft_lr: float = 1e-3
     sft_batch_size: int = 32
     #: held-out test rooms; the RL effect is a paired difference on them
-    eval_episodes: int = 200
-    rl_steps: int = 12
-    rl_tasks: int = 8
+    eval_episodes: int = 100
+    rl_steps: int = 6
+    rl_tasks: int = 6
     rl_group_size: int = 4
-    rl_lr: float = 1e-4
-    #: turn samples per optimizer update (several updates per rollout batch)
-    rl_mini_batch_size: int = 64
+    rl_lr: float = 3e-5
+    #: turn samples per optimizer update (0: the whole rollout batch, on-policy)
+    rl_mini_batch_size: int = 0
     #: rollout temperature of the RL phase (log-probs are computed at the same temperature, so
     #: the policy being optimised is exactly the one sampled). Not Table 6's 1.0: at T=1 the
     #: 0.8M-parameter SFT policy puts ~0.25% of each token's mass on stray tokens and 4.3% of its
@@ -62,11 +64,11 @@ class QuickstartConfig:
     #: barrier waits for a descheduled thread (measured: one generate 1.4 s with 1 thread,
     #: 13-27 s with 2)
     threads: int = 1
-    #: torch threads of SFT. 1 by default, like RL: the numbers are then the same on an idle
-    #: and a busy machine (float sums depend on the thread count), and a busy neighbour slows
-    #: the run down instead of collapsing it (2 threads beside a busy process: ~10x slower).
-    #: -1 (auto): 2 when the machine is idle at the start (1.4x faster SFT), else 1
-    sft_threads: int = 1
+    #: torch threads of SFT; -1 (auto): 2 when the machine is idle at the start (1.4x faster:
+    #: 927 steps in ~6.6 min), else 1 — two threads beside a busy process run ~10x slower,
+    #: one thread merely shares the cores (the step count is fixed either way; float sums
+    #: depend on the thread count, so the last digits may differ)
+    sft_threads: int = -1
     #: accept a cut-short run (exit 0)
     allow_short: bool = False
 
@@ -74,7 +76,7 @@ class QuickstartConfig:
     def fast(cls, out: str = "runs/quickstart-fast") -> QuickstartConfig:
         """Tiny settings for CI: every stage runs, numbers mean nothing."""
         return cls(out=out, episodes=64, sft_steps=20, eval_episodes=8, rl_steps=2,
-                   rl_tasks=2, rl_group_size=2, rl_mini_batch_size=0)
+                   rl_tasks=2, rl_group_size=2, sft_threads=1)
 
 
 def choose_threads(requested: int, cores: int | None = None, load: float | None = None) -> int:
@@ -181,21 +183,23 @@ def run_quickstart(cfg: QuickstartConfig) -> dict[str, Any]:
     collect_sft(CollectConfig(episodes=cfg.episodes, seed=cfg.seed, batch_tasks=64), data)
     timings["collect_s"] = time.perf_counter() - t0
 
-    print(f"[2/5] behaviour cloning the tiny model: {cfg.sft_steps} steps, {sft_threads} "
+    what = f"{cfg.sft_steps} steps" if cfg.sft_steps > 0 else f"{cfg.sft_epochs} epochs"
+    print(f"[2/5] behaviour cloning the tiny model: {what}, {sft_threads} "
           f"thread(s){'' if cfg.sft_minutes is None else f', guard {cfg.sft_minutes} min'}")
     sft_dir = out / "sft"
     t = time.perf_counter()
     if sft_threads:
         torch.set_num_threads(sft_threads)
     sft_stats = train_sft(SFTRunConfig(data=(str(data),), model="tiny", output_dir=str(sft_dir),
-                                       engine="prefix", max_steps=cfg.sft_steps, lr=cfg.sft_lr,
+                                       engine="prefix", epochs=cfg.sft_epochs,
+                                       max_steps=cfg.sft_steps if cfg.sft_steps > 0 else -1, lr=cfg.sft_lr,
                                        batch_size=cfg.sft_batch_size, seed=cfg.seed,
                                        time_budget_minutes=cfg.sft_minutes, logging_steps=10))
     timings["sft_s"] = time.perf_counter() - t
     if threads:
         torch.set_num_threads(threads)
     if sft_stats["steps"] < sft_stats.get("planned_steps", cfg.sft_steps):
-        short.append(f"SFT ran {sft_stats['steps']} of {sft_stats['planned_steps']} steps "
+        short.append(f"SFT ran {sft_stats['steps']} of {sft_stats.get('planned_steps')} steps "
                      f"(--sft-minutes {cfg.sft_minutes})")
 
     print(f"[3/5] evaluating random and SFT policies on {cfg.eval_episodes} held-out rooms")
@@ -217,7 +221,7 @@ def run_quickstart(cfg: QuickstartConfig) -> dict[str, Any]:
         "--group_size", str(cfg.rl_group_size), "--lr", str(cfg.rl_lr),
         "--mini_batch_size", str(cfg.rl_mini_batch_size),
         "--max_new_tokens", "24", "--temperature", str(cfg.rl_temperature), "--log_with", "none",
-        "--seed", str(cfg.seed), "--cold_start_steps", str(max(1, cfg.rl_steps // 6)),
+        "--seed", str(cfg.seed), "--cold_start_steps", str(cfg.rl_steps),  # too few steps for filtering to pay off
         "--torch_threads", str(threads)])
     rl_log = Trainer(rl_cfg).train()
     timings["rl_s"] = time.perf_counter() - t
