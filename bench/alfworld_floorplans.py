@@ -23,6 +23,9 @@ def main() -> None:
     parser.add_argument("--expert", action="store_true",
                         help="also run ALFWorld's handcoded expert on every game")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--data", default=None,
+                        help="reuse a folder written by an earlier run (skip generation)")
+    parser.add_argument("--out", default=None, help="write the games here and keep them")
     args = parser.parse_args()
 
     from arlgym.envs.alfworld.catalog import floor_plans
@@ -34,10 +37,22 @@ def main() -> None:
 
     plans = sorted(floor_plans()) if args.plans == "all" else args.plans.split(",")
     with tempfile.TemporaryDirectory() as tmp:
+        tmp = args.data or args.out or tmp
         t0 = time.perf_counter()
-        folders = write_floor_plan_games(tmp, plans, seed=args.seed)
+        if args.data:
+            folders = sorted(p.parent for p in Path(tmp).rglob("game.tw-pddl"))
+        else:
+            folders = write_floor_plan_games(tmp, plans, seed=args.seed)
         t1 = time.perf_counter()
-        results = replay_walkthroughs(tmp)
+        done = []
+
+        def progress(gamefile: str, ok: bool) -> None:
+            done.append(ok)
+            print(f"[{len(done)}/{len(folders)}] {'won ' if ok else 'LOST'} "
+                  f"{Path(gamefile).parent.parent.name} ({time.perf_counter() - t1:.0f} s)",
+                  flush=True)
+
+        results = replay_walkthroughs(tmp, on_result=progress)
         t2 = time.perf_counter()
         found = set(results) == {str(f / "game.tw-pddl") for f in folders}
         types = {str(f / "game.tw-pddl"): json.loads((f / "traj_data.json").read_text())

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -88,8 +88,10 @@ def _alfworld_env(root: Path, training_method: str) -> tuple[Any, Any]:
     return loader, loader.init_env(batch_size=1)
 
 
-def replay_walkthroughs(root: str | Path) -> dict[str, bool]:
-    """Game file -> whether its stored walkthrough won in ``AlfredTWEnv``.
+def replay_walkthroughs(root: str | Path,
+                        on_result: Callable[[str, bool], None] | None = None) -> dict[str, bool]:
+    """Game file -> whether its stored walkthrough won in ``AlfredTWEnv`` (``on_result`` is
+    called after each game).
 
     Every command must be in ``AlfredTWEnv``'s admissible list before it is sent; a game whose
     command is not is recorded as lost. ``AlfredTWEnv`` must find exactly the games on disk
@@ -104,6 +106,8 @@ def replay_walkthroughs(root: str | Path) -> dict[str, bool]:
             gamefile = infos["extra.gamefile"][0]
             if not obs[0].startswith("-= Welcome to TextWorld, ALFRED! =-"):
                 results[gamefile] = False
+                if on_result is not None:
+                    on_result(gamefile, False)
                 continue
             walkthrough = json.loads(Path(gamefile).read_text())["walkthrough"]
             ok = True
@@ -113,6 +117,8 @@ def replay_walkthroughs(root: str | Path) -> dict[str, bool]:
                     break
                 obs, _, dones, infos = env.step([command])
             results[gamefile] = ok and bool(infos["won"][0])
+            if on_result is not None:
+                on_result(gamefile, results[gamefile])
     finally:
         env.close()
     return results
