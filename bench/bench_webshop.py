@@ -6,6 +6,7 @@ once on loopback).
     python bench/bench_webshop.py                      # 1k and 100k, plus the load test
     python bench/bench_webshop.py --sizes 1000 100000 1181436   # WebShop's full size too
     python bench/bench_webshop.py --no-load            # skip the server load test
+    python bench/bench_webshop.py --sizes --load-only  # only the load test (waitress, then the former server)
 
 Every size runs in fresh worker processes with their own cache folder (cold = no cache; cached =
 a second process that finds it). The baseline is the index arlgym had before (an inverted index
@@ -176,10 +177,53 @@ def run_worker(args: list[str], cache: str) -> dict:
 
 
 # ----------------------------------------------------------------------------- load test
-def load_test(shoppers: int = 200, threads: int = 8) -> dict:
+# The former server, for the same-run comparison: Flask's threaded development server (Werkzeug),
+# redirecting after every action, over the same engine and pages (needs Flask installed).
+_FORMER_SERVER = """
+import logging, secrets, sys, threading
+import numpy as np
+from flask import Flask, abort, redirect, request
+from werkzeug.serving import make_server
+from arlgym.envs.webshop.engine import ShopSession
+from arlgym.envs.webshop.env import load_shop, split_range
+from arlgym.envs.webshop.server import render_page
+logging.getLogger("werkzeug").setLevel(logging.ERROR)
+catalog, index = load_shop(None, 1000, 0)
+low, high = split_range("train", len(catalog.goals))
+rng, sessions, lock = np.random.default_rng(0), {}, threading.Lock()
+app = Flask("former")
+@app.get("/")
+def root():
+    sid = secrets.token_hex(16)
+    with lock:
+        sessions[sid] = [ShopSession(catalog, index, catalog.goals[int(rng.integers(low, high))]), 0]
+    return redirect(f"/s/{sid}")
+@app.get("/s/<sid>")
+def page(sid):
+    with lock:
+        if sid not in sessions: abort(404)
+        s, step = sessions[sid]
+        return render_page(sid, s, step)
+def apply(sid, action):
+    with lock:
+        if sid not in sessions: abort(404)
+        entry = sessions[sid]
+        if not entry[0].purchased: entry[0].act(action)
+        entry[1] += 1
+    return redirect(f"/s/{sid}")
+@app.get("/s/<sid>/search")
+def search(sid): return apply(sid, "search[" + request.args.get("q", "") + "]")
+@app.get("/s/<sid>/act")
+def act(sid): return apply(sid, request.args.get("a", ""))
+make_server("127.0.0.1", int(sys.argv[1]), app, threaded=True).serve_forever()
+"""
+
+
+def load_test(shoppers: int = 200, threads: int = 8, former: bool = False) -> dict:
     """``shoppers`` clients start at once (a barrier), each: visit / (a new goal), search its
-    request, open the first result, buy. Every request's latency is recorded; every page is
-    checked to belong to its own session (goal text and query)."""
+    request, open the first result, buy (redirects followed). Every request's latency is
+    recorded; every page is checked to belong to its own session (goal text and query).
+    ``former``: against the former Flask development server instead of waitress."""
     import http.client
     import socket
 
@@ -187,9 +231,10 @@ def load_test(shoppers: int = 200, threads: int = 8) -> dict:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     cache = tempfile.mkdtemp(prefix="arlgym-bench-")
-    server = subprocess.Popen([sys.executable, "-m", "arlgym.cli", "webshop", "serve", "--port", str(port),
-                               "--split", "train", "--threads", str(threads)],
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    command = ([sys.executable, "-c", _FORMER_SERVER, str(port)] if former else
+               [sys.executable, "-m", "arlgym.cli", "webshop", "serve", "--port", str(port),
+                "--split", "train", "--threads", str(threads)])
+    server = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                               env={**os.environ, "ARLGYM_CACHE_DIR": cache, "OMP_NUM_THREADS": "1"})
     try:
         for _ in range(600):
@@ -211,7 +256,10 @@ def load_test(shoppers: int = 200, threads: int = 8) -> dict:
             body = r.read().decode()
             with lock:
                 latencies.append(time.perf_counter() - t)
-            return r.status, r.getheader("Location") or "", body
+            location = r.getheader("Location") or ""
+            if r.status == 302 and path != "/":  # the former server redirects after an action
+                return get(conn, location)
+            return r.status, location, body
 
         def shopper(i: int) -> None:
             conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
@@ -257,7 +305,8 @@ def load_test(shoppers: int = 200, threads: int = 8) -> dict:
             w.join()
         total = time.perf_counter() - t
         server_cpu = cpu_s() - cpu0
-        return {"shoppers": shoppers, "server_threads": threads, "requests": len(latencies),
+        return {"server": "former Flask dev server" if former else "waitress",
+                "shoppers": shoppers, "server_threads": threads, "requests": len(latencies),
                 "request": _pct(latencies), "wall_s": round(total, 2),
                 "server_cpu_ms_per_request": round(1000 * server_cpu / max(1, len(latencies)), 3),
                 "cross_session_leaks": len(leaks),
@@ -271,6 +320,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", type=int, nargs="*", default=[1000, 100_000])
     parser.add_argument("--no-load", action="store_true", help="skip the server load test")
+    parser.add_argument("--load-only", action="store_true", help="only the server load test")
     parser.add_argument("--official", type=int, nargs="*", default=[],
                         help="also load WebShop-format product files of these sizes (written from the "
                              "synthetic catalog): the streamed, on-disk official path")
@@ -284,7 +334,7 @@ def main() -> None:
         return
     print(f"# bench_webshop  cpus={os.cpu_count()}  load average={os.getloadavg()[0]:.2f}", flush=True)
     results = []
-    for n in args.sizes:
+    for n in [] if args.load_only else args.sizes:
         cache = tempfile.mkdtemp(prefix="arlgym-bench-")
         cold = run_worker([str(n), "cold", "0"], cache)
         cached = run_worker([str(n), "cached", "1" if n <= 100_000 else "0"], cache)
@@ -292,7 +342,7 @@ def main() -> None:
                "cached_start_s": cached["start_s"], **{k: v for k, v in cached.items() if k not in ("n", "mode")}}
         results.append(row)
         print(json.dumps(row), flush=True)
-    for n in args.official:
+    for n in [] if args.load_only else args.official:
         cache = tempfile.mkdtemp(prefix="arlgym-bench-")
         folder = write_official_files(n, tempfile.mkdtemp(prefix="arlgym-bench-data-"))
         size_mb = sum(os.path.getsize(os.path.join(folder, f)) for f in os.listdir(folder)) / 2**20
@@ -304,6 +354,12 @@ def main() -> None:
         print(json.dumps(row), flush=True)
     if not args.no_load:
         print(json.dumps({"load": load_test(args.shoppers, args.threads)}), flush=True)
+        try:
+            import flask  # noqa: F401
+        except ImportError:
+            print("# the former Flask server is not measured: Flask is not installed")
+        else:
+            print(json.dumps({"load": load_test(args.shoppers, args.threads, former=True)}), flush=True)
     print(f"# load average at the end={os.getloadavg()[0]:.2f}")
 
 
