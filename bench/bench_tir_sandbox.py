@@ -8,7 +8,7 @@
 * ``subprocess``: ``sandbox="unisolated", engine="subprocess"``: a fresh ``python -I`` per cell,
   the way ARLArena's sandbox runs cells (``python3 main.py``), without its 2 s client sleep.
 
-    python bench/bench_tir_sandbox.py [--cells 50] [--breakdown]
+    python bench/bench_tir_sandbox.py [--cells 50] [--breakdown] [--gap 0.05]
 
 ``--breakdown`` splits an isolated ``print(1)`` into request → cell running (fork, namespaces,
 mounts, limits) and cell running → reply (the code, exit, teardown of the namespaces, reaping).
@@ -44,17 +44,18 @@ def _server_interpreter(box: PythonSandbox) -> int | None:
     root = box.server_pid
     if root is None:
         return None
-    todo, found = [root], None
-    while todo:
-        pid = todo.pop()
+    todo = [root]
+    while todo:  # breadth first: the server, not its cells (forks of it, same command line)
+        pid = todo.pop(0)
         try:
-            if b"PRELOAD" in open(f"/proc/{pid}/cmdline", "rb").read():
-                found = pid
+            argv = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+            if b"python" in os.path.basename(argv[0]) and any(b"PRELOAD" in a for a in argv):
+                return pid  # (not bwrap, whose arguments hold the same code)
             todo += [int(c) for t in os.listdir(f"/proc/{pid}/task")
                      for c in open(f"/proc/{pid}/task/{t}/children").read().split()]
         except OSError:
             continue
-    return found
+    return None
 
 
 def cpu_seconds(box: PythonSandbox) -> float:
@@ -75,9 +76,10 @@ def _pair(p50: float, p95: float) -> str:
     return f"{p50:.1f} / {p95:.1f}"
 
 
-def breakdown(box: PythonSandbox, n: int) -> None:
+def breakdown(box: PythonSandbox, n: int, gap: float) -> None:
     to_start, to_reply = [], []
     for _ in range(n):
+        time.sleep(gap)
         sent = time.monotonic()
         result = box.run("import time; print(time.monotonic())")
         done = time.monotonic()
@@ -92,6 +94,9 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cells", type=int, default=50, help="cells per kind and mode")
     ap.add_argument("--breakdown", action="store_true")
+    ap.add_argument("--gap", type=float, default=0.05,
+                    help="seconds between two cells of a mode (a model generates between two cells "
+                         "of a rollout; the servers fork the next cell meanwhile); 0: back to back")
     ap.add_argument("--kinds", default="print(1),numpy,sympy,reference",
                     help="comma-separated cell kinds to time")
     args = ap.parse_args()
@@ -110,6 +115,7 @@ if __name__ == "__main__":
             cpu[name][mode] = -cpu_seconds(box)
         for code in codes:  # interleaved, so that load changes hit every mode alike
             for mode, box in boxes.items():
+                time.sleep(args.gap / len(boxes))
                 result = box.run(code)
                 assert result.ok or result.timed_out, (mode, name, result)
                 samples[mode].append(result.seconds)
@@ -122,6 +128,6 @@ if __name__ == "__main__":
     for name, per_mode in cpu.items():
         print(f"{name:10s} " + " ".join(f"{m} {1e3 * v / args.cells:7.1f}" for m, v in per_mode.items()))
     if args.breakdown:
-        breakdown(boxes["isolated"], args.cells)
+        breakdown(boxes["isolated"], args.cells, args.gap)
     for box in boxes.values():
         box.close()

@@ -203,37 +203,51 @@ def _mount_and_drop(tmp_mb, uid):
     _drop_capabilities(uid)
 
 
-def cell(req, out, err, status, workdir, cloned=False, uid=CELL_UID):
-    """The child: set up, tell the server (fd 3: 'R' ready, or 'S' and why not), run the code,
-    tell the server it is done ('E' and the exit code), exit."""
+def cell(setup, out, err, status, order, cloned=False, uid=CELL_UID):
+    """The child. Sets up (namespaces, files, output), then waits on fd 4 for its order — the
+    request, JSON, until EOF — applies the request's limits, tells the server (fd 3: 'R' about
+    to run, or 'S' and why it could not be set up), runs the code, says 'E' and the exit code,
+    exits. Cells are forked ahead of their request (the server keeps one spare), so the fork and
+    the namespaces are not on the critical path either."""
     try:
         os.setsid()
         try:
             _write("/proc/self/oom_score_adj", "1000")
         except OSError:
             pass
-        limits = dict(req["limits"])
-        if limits.get("RLIMIT_AS") is not None:
-            with open("/proc/self/statm") as f:
-                limits["RLIMIT_AS"] += int(f.read().split()[0]) * PAGE
+        with open("/proc/self/statm") as f:
+            mapped = int(f.read().split()[0]) * PAGE
         os.dup2(_null, 0)
         os.dup2(out, 1)
         os.dup2(err, 2)
         os.dup2(status, 3, inheritable=False)
-        os.closerange(4, 1 << 20)
+        os.dup2(order, 4, inheritable=False)
+        os.closerange(5, 1 << 20)
         if cloned:
-            _set_up_namespaces(req["tmp_mb"], uid)
-            workdir = "/tmp"
-        elif req["isolate"]:
-            _enter_namespaces(req["tmp_mb"], uid)
-            workdir = "/tmp"
-        os.chdir(workdir)
-        os.environ["HOME"] = os.environ["TMPDIR"] = workdir
+            _set_up_namespaces(setup["tmp_mb"], uid)
+        elif setup["isolate"]:
+            _enter_namespaces(setup["tmp_mb"], uid)
         sys.stdout = open(1, "w", buffering=1, closefd=False, encoding="utf-8", errors="backslashreplace")
         sys.stderr = open(2, "w", buffering=1, closefd=False, encoding="utf-8", errors="backslashreplace")
+        chunks = []
+        while True:
+            chunk = os.read(4, 1 << 20)
+            if not chunk:
+                break
+            chunks.append(chunk)
+        os.close(4)
+        if not chunks:  # a spare that is no longer wanted
+            os._exit(0)
+        req = json.loads(b"".join(chunks))
+        workdir = "/tmp" if req["isolate"] else req["workdir"]  # (unisolated: made at the order)
+        os.chdir(workdir)
+        os.environ["HOME"] = os.environ["TMPDIR"] = workdir
         random.seed()
         if "numpy" in sys.modules:
             sys.modules["numpy"].random.seed()
+        limits = dict(req["limits"])
+        if limits.get("RLIMIT_AS") is not None:
+            limits["RLIMIT_AS"] += mapped
         for key, value in limits.items():
             if value is not None and hasattr(resource, key):
                 try:
@@ -280,6 +294,7 @@ def cell(req, out, err, status, workdir, cloned=False, uid=CELL_UID):
 running = {}   # pidfd -> the cell's record (a dict)
 statuses = {}  # read end of a cell's status pipe -> its pidfd
 reaping = {}   # pidfd -> pid of a cell already answered for, killed, not yet reaped
+spare = None   # a cell forked ahead of its request: (settings key, record)
 
 
 def _read(fd, limit):
@@ -294,6 +309,100 @@ def _kill(pid):
             target()  # the cell (its namespaces die with it) and whatever it left in its group
         except OSError:
             pass
+
+
+def _settings(req):
+    return (bool(req["isolate"]), req.get("tmp_mb"), req.get("scratch"))
+
+
+def spawn(req):
+    """Fork a cell for requests with ``req``'s settings; it sets itself up and waits."""
+    global _clone_ok, _cells_started
+    _cells_started += 1
+    uid = ROOT_CELL_UIDS + _cells_started % 1_000_000 if ROOT_MODE else CELL_UID
+    out, err = (os.memfd_create(name, os.MFD_CLOEXEC) for name in ("stdout", "stderr"))
+    status_r, status_w = os.pipe()
+    order_r, order_w = os.pipe()
+    cloned = False
+    if req["isolate"] and _clone_ok:
+        try:
+            pid = _clone_cell()
+            cloned = True
+        except OSError:
+            _clone_ok = False  # this kernel or architecture: unshare() + fork from now on
+    if not cloned:
+        pid = os.fork()
+    if pid == 0:
+        cell(req, out, err, status_w, order_r, cloned, uid)
+    os.close(status_w)
+    os.close(order_r)
+    return {"pid": pid, "fd": os.pidfd_open(pid), "out": out, "err": err, "status": status_r,
+            "order": order_w, "report": b"", "workdir": None}
+
+
+def discard(c):
+    """A cell that never ran: kill, reap, free."""
+    _kill(c["pid"])
+    os.waitpid(c["pid"], 0)
+    for fd in (c["fd"], c["out"], c["err"], c["status"], c["order"]):
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    if c["workdir"] is not None:
+        shutil.rmtree(c["workdir"], ignore_errors=True)
+
+
+def _order(c, req):
+    if not req["isolate"]:  # a private directory, made now (a spare holds none while it waits)
+        if c["workdir"] is None:
+            c["workdir"] = tempfile.mkdtemp(prefix="arlgym-cell-", dir=req.get("scratch"))
+        req = dict(req, workdir=c["workdir"])
+    data = json.dumps(req).encode()
+    view = memoryview(data)
+    while view:
+        view = view[os.write(c["order"], view):]
+    os.close(c["order"])
+    c["order"] = -1
+
+
+def start(req):
+    global spare
+    key = _settings(req)
+    c = None
+    if spare is not None:
+        spare_key, candidate = spare
+        spare = None
+        if spare_key == key and os.waitpid(candidate["pid"], os.WNOHANG) == (0, 0):
+            c = candidate
+        else:
+            discard(candidate)
+    for attempt in range(2):
+        if c is None:
+            c = spawn(req)
+        try:
+            _order(c, req)
+            break
+        except OSError:  # it died before reading its order (e.g. its set-up failed)
+            if attempt:
+                raise
+            discard(c)
+            c = None
+    c.update(id=req["id"], deadline=time.monotonic() + req["timeout"], limit=req["max_output"],
+             request=req)
+    running[c["fd"]] = c
+    statuses[c["status"]] = c["fd"]
+
+
+def refill(req):
+    """Fork the next cell (settings of ``req``) after a reply: it sets itself up while the
+    client reads the reply and the model writes its next turn, off the critical path."""
+    global spare
+    if spare is None:
+        try:
+            spare = (_settings(req), spawn(req))
+        except Exception:
+            spare = None
 
 
 def finish(fd, returncode, timed_out, exited):
@@ -314,32 +423,11 @@ def finish(fd, returncode, timed_out, exited):
     if c["workdir"] is not None:
         shutil.rmtree(c["workdir"], ignore_errors=True)
     proto_out.write(json.dumps(reply) + "\n")
+    if not closing:
+        refill(c["request"])
 
 
-def start(req):
-    global _clone_ok, _cells_started
-    _cells_started += 1
-    uid = ROOT_CELL_UIDS + _cells_started % 1_000_000 if ROOT_MODE else CELL_UID
-    out, err = (os.memfd_create(name, os.MFD_CLOEXEC) for name in ("stdout", "stderr"))
-    status_r, status_w = os.pipe()
-    workdir = None if req["isolate"] else tempfile.mkdtemp(prefix="arlgym-cell-", dir=req.get("scratch"))
-    cloned = False
-    if req["isolate"] and _clone_ok:
-        try:
-            pid = _clone_cell()
-            cloned = True
-        except OSError:
-            _clone_ok = False  # this kernel or architecture: unshare() + fork from now on
-    if not cloned:
-        pid = os.fork()
-    if pid == 0:
-        cell(req, out, err, status_w, workdir, cloned, uid)
-    os.close(status_w)
-    fd = os.pidfd_open(pid)
-    running[fd] = {"pid": pid, "id": req["id"], "deadline": time.monotonic() + req["timeout"],
-                   "out": out, "err": err, "status": status_r, "report": b"", "workdir": workdir,
-                   "limit": req["max_output"]}
-    statuses[status_r] = fd
+closing = False
 
 
 def on_status(status_fd):
@@ -385,9 +473,12 @@ while True:
     for fd in r:
         if fd == proto_in:
             chunk = os.read(proto_in, 1 << 20)
-            if not chunk:  # the client is gone: kill every running cell, then exit
+            if not chunk:  # the client is gone: kill every cell, the spare too, then exit
+                closing = True
                 for fd2 in list(running):
                     finish(fd2, None, True, exited=False)
+                if spare is not None:
+                    discard(spare[1])
                 os._exit(0)
             buffer += chunk
             while b"\n" in buffer:
