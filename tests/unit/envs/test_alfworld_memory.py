@@ -67,17 +67,26 @@ def test_distinct_games_keep_memory_bounded(monkeypatch):
     game = eng.AlfredGame()
     rss: list[float] = []
     interned: list[int] = []
+    first: list = []
     try:
         for i in range(14):
             game.load(generate_game("train", 3000 + i).game_json())
-            game.reset()
+            seen = [game.reset()]
             for command in game.admissible_commands[:2]:
-                game.step(command)
+                seen += [game.step(command), list(game.admissible_commands), game.facts()]
+            if i == 0:
+                first = seen
             gc.collect()
             sizes = eng.cache_sizes()
             assert sizes["translations"] <= limit and sizes["games"] <= limit
             rss.append(_rss_mb())
             interned.append(sizes["textworld_interned"])
+        # The first game, replayed after many prunes and evictions, plays exactly as before.
+        game.load(generate_game("train", 3000).game_json())
+        again = [game.reset()]
+        for command in game.admissible_commands[:2]:
+            again += [game.step(command), list(game.admissible_commands), game.facts()]
+        assert again == first
     finally:
         game.close()
     # Without pruning the table grows by ~1-2k propositions a game (14 games: >15k).
