@@ -123,8 +123,8 @@ if __name__ == "__main__":
             cpu[name][mode] += cpu_seconds(box)
         cells = " ".join(f"{_pair(*percentiles(samples[m])):>24s}" for m in MODES)
         print(f"{name:10s} {cells}")
-    print("\nCPU ms per cell (the cell and the server that forks and reaps it; the client's JSON and "
-          "thread wake-up, ~0.3 ms, not counted): ~ the wall time on an idle machine")
+    print("\nCPU ms per cell (the cell and the server that forks and reaps it, on the critical path or "
+          "not; the client's JSON and thread wake-up, ~0.3 ms, not counted)")
     for name, per_mode in cpu.items():
         print(f"{name:10s} " + " ".join(f"{m} {1e3 * v / args.cells:7.1f}" for m, v in per_mode.items()))
     if args.breakdown:

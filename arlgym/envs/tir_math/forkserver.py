@@ -22,11 +22,19 @@ for the cell's stdout and stderr and a status pipe, and forks the cell:
   reseeded, resource limits (address space on top of what the warm interpreter maps; processes;
   CPU; file size, so output stops at the cap), ``final_answer`` predefined.
 
-The cell reports on its status pipe: ``R`` once set up (or ``S`` and the reason: the request
-then fails, the code never runs outside its namespaces), ``E<code>`` when its code has finished.
-The server replies at ``E`` — or when the cell exits, or past the wall-clock deadline — after
-sending ``SIGKILL`` to the cell and its process group; it reaps the cell afterwards, so the
-kernel's teardown of the cell's namespaces is not on the critical path of ``step``. Output is
+Cells are forked **ahead of their request**: after each reply the server forks one spare cell
+with the same settings, which sets itself up (namespaces, mounts, capabilities dropped) and
+waits on an order pipe; the next request is written to it (JSON, until EOF) and only then does
+the cell reseed its RNGs, apply the request's limits and run the code. So neither the fork of
+the warm interpreter nor the namespaces are on the critical path of ``step`` (the model writes
+its next turn meanwhile). A spare holds no file (an unisolated cell's directory is made when it
+is ordered) and is killed when the server stops.
+
+The cell reports on its status pipe: ``R`` once ordered and set up (or ``S`` and the reason: the
+request then fails, the code never runs outside its namespaces), ``E<code>`` when its code has
+finished. The server replies at ``E`` — or when the cell exits, or past the wall-clock deadline —
+after sending ``SIGKILL`` to the cell and its process group; it reaps the cell afterwards, so the
+kernel's teardown of the cell's namespaces is not on the critical path either. Output is
 read from the memfds, which only the server and the cell hold: a cell cannot swap them for a
 FIFO or delete them, and no file is left on any disk. Several cells run at once; the client
 matches replies by id.
@@ -343,7 +351,10 @@ def spawn(req):
 def discard(c):
     """A cell that never ran: kill, reap, free."""
     _kill(c["pid"])
-    os.waitpid(c["pid"], 0)
+    try:
+        os.waitpid(c["pid"], 0)
+    except ChildProcessError:  # already reaped
+        pass
     for fd in (c["fd"], c["out"], c["err"], c["status"], c["order"]):
         try:
             os.close(fd)
@@ -384,10 +395,10 @@ def start(req):
             _order(c, req)
             break
         except OSError:  # it died before reading its order (e.g. its set-up failed)
-            if attempt:
-                raise
             discard(c)
             c = None
+            if attempt:
+                raise
     c.update(id=req["id"], deadline=time.monotonic() + req["timeout"], limit=req["max_output"],
              request=req)
     running[c["fd"]] = c

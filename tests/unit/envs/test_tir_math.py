@@ -511,3 +511,31 @@ def test_a_server_started_from_a_short_lived_thread_outlives_it():
     time.sleep(0.3)
     assert box.run("print(2)").stdout.strip() == "2" and box.server_pid == pid
     box.close()
+
+
+@needs_fork
+@pytest.mark.parametrize("isolation", ["isolated", "unisolated"])
+def test_a_spare_cell_that_died_is_replaced(isolation):
+    """The server forks the next cell ahead of its request; if that spare dies while it waits
+    (OOM killer, anyone's SIGKILL), the next request gets a fresh cell."""
+    import signal
+
+    box = PythonSandbox(memory_mb=768, isolation=isolation)  # its own server
+    box.run("print(1)")
+    deadline = time.monotonic() + 10
+    spares: list[int] = []
+    while time.monotonic() < deadline and not spares:
+        pythons = [p for p in [box.server_pid, *_descendants(box.server_pid)] if "PRELOAD" in _cmdline(p)
+                   and "python" in os.path.basename(_cmdline(p).split(" ")[0])]
+        spares = [p for p in pythons if _parent(p) in pythons]  # forks of the server
+        time.sleep(0.05)
+    assert len(spares) == 1
+    os.kill(spares[0], signal.SIGKILL)
+    time.sleep(0.2)
+    assert box.run("print(2)").stdout.strip() == "2"
+    box.close()
+
+
+def _parent(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
