@@ -84,12 +84,7 @@ def load_vision_samples(paths: tuple[str, ...] | list[str]) -> list[dict[str, An
 def train_vision_sft(cfg: Any) -> dict[str, Any]:
     """Fine-tune the VLM ``cfg.model`` (an :class:`~arlgym.sft.train.SFTRunConfig`) on vision
     data with TRL's ``SFTTrainer``; returns run statistics (also in ``sft_stats.json``)."""
-    import torch
-    from datasets import Dataset
-    from trl import SFTConfig, SFTTrainer
-
     from arlgym.models import is_vision_model, load_model_and_tokenizer, load_processor
-    from arlgym.sft.train import _time_budget_callback
 
     if cfg.engine == "prefix":
         raise ConfigError("--engine prefix is text-only; vision data trains with --engine trl")
@@ -99,6 +94,11 @@ def train_vision_sft(cfg: Any) -> dict[str, Any]:
     if processor is None or not is_vision_model(model):
         raise ConfigError(f"--model {cfg.model!r} is not a vision-language model, but the data "
                           "holds images; use --model tiny-vl or a VLM checkpoint")
+    import torch
+    from datasets import Dataset
+    from trl import SFTConfig, SFTTrainer
+
+    from arlgym.sft.train import _time_budget_callback
     model.train()
     if cfg.lora_r > 0:
         from peft import LoraConfig, get_peft_model
