@@ -62,7 +62,8 @@ def _play_games(game_numbers: list[int], steps: int, seed: int) -> int:
 
 
 def test_engine_matches_textworld_reference():
-    assert _play_games([0, 1, 2], steps=12, seed=0) == 36
+    # train and valid_seen games here; the slow case covers all three splits
+    assert _play_games([0, 1], steps=12, seed=0) == 24
 
 
 @pytest.mark.slow
