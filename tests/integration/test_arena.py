@@ -171,3 +171,22 @@ def test_index_html_renders_in_chromium(grids, chromium):
         assert driver.find_elements("tag name", "table")
     finally:
         driver.quit()
+
+
+def test_arena_runs_on_a_vision_env(tmp_path):
+    """A vision env through the same grid, trainer and report (tiny-vl on SokobanVision)."""
+    out = tmp_path / "vis"
+    grid = ["--algos", "grpo", "--seeds", "0", "--steps", "1", "--out", str(out),
+            "--set", "env_id=arl/SokobanVision-v0", "--set", "model=tiny-vl",
+            "--set", "num_tasks=2", "--set", "group_size=2", "--set", "max_new_tokens=8",
+            "--set", 'env_kwargs={"max_steps": 2}', "--set", "test_episodes=2",
+            "--set", "eval_steps=1", "--set", "eval_split=val", "--set", "eval_episodes=2",
+            "--set", "save_best=true"]
+    subprocess.run(_arena("run", *grid), check=True, env=_env(), capture_output=True, timeout=900)
+    rep = subprocess.run(_arena("report", str(out)), env=_env(), capture_output=True, text=True,
+                         timeout=600)
+    assert rep.returncode == 0, rep.stderr[-2000:]
+    report = json.loads((out / "report" / "report.json").read_text())
+    (run,) = report["runs"]
+    assert run["env_id"] == "arl/SokobanVision-v0" and set(run["test"]) == {"last", "best"}
+    assert (out / "report" / "sankey" / "grpo.png").exists()
