@@ -22,17 +22,8 @@ from arlgym.errors import ConfigError, LevelFormatError
 
 
 @pytest.fixture(autouse=True, scope="module")
-def _own_cache(tmp_path_factory):
+def _own_cache(own_arlgym_cache):
     """Indexes and product stores go to a temporary cache, not the user's ~/.cache."""
-    import os
-
-    old = os.environ.get("ARLGYM_CACHE_DIR")
-    os.environ["ARLGYM_CACHE_DIR"] = str(tmp_path_factory.mktemp("arlgym-cache"))
-    yield
-    if old is None:
-        os.environ.pop("ARLGYM_CACHE_DIR", None)
-    else:
-        os.environ["ARLGYM_CACHE_DIR"] = old
 
 
 @pytest.fixture
