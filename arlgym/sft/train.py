@@ -145,6 +145,33 @@ def _time_budget_callback(minutes: float):
     return TimeBudget()
 
 
+def train_and_save(trainer: Any, cfg: SFTRunConfig, processing: Any, num_samples: int) -> dict[str, Any]:
+    """Run a TRL ``SFTTrainer``, save the (LoRA-merged) model with its tokenizer or processor
+    to ``cfg.output_dir`` and write ``sft_stats.json``; the text and vision paths share it."""
+    started = time.perf_counter()
+    result = trainer.train()
+    elapsed = time.perf_counter() - started
+    final = trainer.model
+    if cfg.lora_r > 0:
+        final = final.merge_and_unload()
+    out = Path(cfg.output_dir)
+    if trainer.accelerator.is_main_process:
+        final.save_pretrained(out)
+        processing.save_pretrained(out)
+    stats = {
+        "model": cfg.model,
+        "samples": num_samples,
+        "steps": int(result.global_step),
+        "train_loss": float(result.training_loss),
+        "seconds": elapsed,
+        "epochs_done": trainer.state.epoch,
+        "log": [h for h in trainer.state.log_history if "loss" in h],
+    }
+    if trainer.accelerator.is_main_process:
+        (out / "sft_stats.json").write_text(json.dumps(stats, indent=2))
+    return stats
+
+
 def train_sft(cfg: SFTRunConfig) -> dict[str, Any]:
     """Fine-tune ``cfg.model`` on ``cfg.data``; returns run statistics (also in the output dir)."""
     try:
@@ -203,28 +230,7 @@ def train_sft(cfg: SFTRunConfig) -> dict[str, Any]:
     callbacks = [_time_budget_callback(cfg.time_budget_minutes)] if cfg.time_budget_minutes else []
     trainer = SFTTrainer(model=model, args=sft_args, train_dataset=dataset,
                          processing_class=tokenizer, callbacks=callbacks)
-    started = time.perf_counter()
-    result = trainer.train()
-    elapsed = time.perf_counter() - started
-    final = trainer.model
-    if cfg.lora_r > 0:
-        final = final.merge_and_unload()
-    out = Path(cfg.output_dir)
-    if trainer.accelerator.is_main_process:
-        final.save_pretrained(out)
-        tokenizer.save_pretrained(out)
-    stats = {
-        "model": cfg.model,
-        "samples": len(samples),
-        "steps": int(result.global_step),
-        "train_loss": float(result.training_loss),
-        "seconds": elapsed,
-        "epochs_done": trainer.state.epoch,
-        "log": [h for h in trainer.state.log_history if "loss" in h],
-    }
-    if trainer.accelerator.is_main_process:
-        (out / "sft_stats.json").write_text(json.dumps(stats, indent=2))
-    return stats
+    return train_and_save(trainer, cfg, tokenizer, len(samples))
 
 
 def add_train_arguments(p: argparse.ArgumentParser) -> None:

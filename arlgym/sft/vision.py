@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import math
-import time
 from pathlib import Path
 from typing import Any
 
@@ -137,25 +136,6 @@ def train_vision_sft(cfg: Any) -> dict[str, Any]:
     callbacks = [_time_budget_callback(cfg.time_budget_minutes)] if cfg.time_budget_minutes else []
     trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=processor,
                          callbacks=callbacks)
-    started = time.perf_counter()
-    result = trainer.train()
-    elapsed = time.perf_counter() - started
-    final = trainer.model
-    if cfg.lora_r > 0:
-        final = final.merge_and_unload()
-    out = Path(cfg.output_dir)
-    if trainer.accelerator.is_main_process:
-        final.save_pretrained(out)
-        processor.save_pretrained(out)
-    stats = {
-        "model": cfg.model,
-        "samples": len(samples),
-        "steps": int(result.global_step),
-        "train_loss": float(result.training_loss),
-        "seconds": elapsed,
-        "epochs_done": trainer.state.epoch,
-        "log": [h for h in trainer.state.log_history if "loss" in h],
-    }
-    if trainer.accelerator.is_main_process:
-        (out / "sft_stats.json").write_text(json.dumps(stats, indent=2))
-    return stats
+    from arlgym.sft.train import train_and_save
+
+    return train_and_save(trainer, cfg, processor, len(samples))
