@@ -62,3 +62,20 @@ class WorkerError(ArlgymError, RuntimeError):
         self.worker = worker
         self.env_indices = list(env_indices or [])
         self.cause = cause
+
+
+class EnvCrashed(WorkerError):
+    """A process an env drives (a browser, a simulator) died or stopped answering mid-episode.
+
+    The episode is lost (the process held its state), but the env is not: its next ``reset()``
+    starts a new process. ``env`` names the env, ``task_id`` the task, ``cause`` what happened.
+    An async vector with ``restart=True`` treats it like a dead worker: it raises
+    ``WorkerRestarted`` for that worker's envs, so the rollout collector replays their groups.
+    """
+
+    def __init__(self, message: str, *, env: str = "", task_id: str | None = None,
+                 cause: str = "", worker: int | None = None,
+                 env_indices: list[int] | None = None) -> None:
+        super().__init__(message, worker=worker, env_indices=env_indices, cause=cause)
+        self.env = env
+        self.task_id = task_id

@@ -30,7 +30,7 @@ import gymnasium as gym
 import numpy as np
 
 from arlgym.core.validation import check_bool, check_choice, check_float, check_int, did_you_mean
-from arlgym.errors import ArlgymError, ConfigError, WorkerError
+from arlgym.errors import ArlgymError, ConfigError, EnvCrashed, WorkerError
 
 __all__ = ["make_group_vec", "GroupVecEnv", "SyncGroupVecEnv", "AsyncGroupVecEnv", "WorkerError",
            "WorkerRestarted"]
@@ -41,8 +41,10 @@ logger = logging.getLogger("arlgym.vector")
 class WorkerRestarted(WorkerError):
     """A worker died or hung and was replaced (``restart=True``); its envs were reset.
 
-    Raised by ``step``/``call``/``call_one`` (``reset`` retries by itself): the episodes of the
-    envs in ``env_indices`` are lost, so their groups must be replayed from reset
+    Raised by ``step``/``call``/``call_one`` (``reset`` retries by itself), also when an env of
+    a live worker raised :class:`~arlgym.errors.EnvCrashed` (its browser or simulator died; the
+    worker is kept, the env starts a new one on reset): the episodes of the envs in
+    ``env_indices`` are lost, so their groups must be replayed from reset
     (:meth:`GroupVecEnv.reset_envs`) or dropped whole. ``results`` holds the reply of every other
     env of the interrupted request (``None`` for the envs of the replaced worker), so the
     caller can keep the work the healthy workers did.
@@ -408,6 +410,8 @@ class AsyncGroupVecEnv(GroupVecEnv):
         self._seq = 0
         #: workers replaced so far (restart=True)
         self.restarts = 0
+        #: envs whose browser/simulator died (EnvCrashed) and whose groups were replayed (restart=True)
+        self.env_crashes = 0
         self._closed = False
         try:
             for w in range(workers):
@@ -601,6 +605,8 @@ class AsyncGroupVecEnv(GroupVecEnv):
     def _raise_env_error(self, w: int, what: str, payload: tuple[str, BaseException | None]):
         text, exc = payload
         if exc is not None:  # the env's own error (e.g. ConfigError for bad reset options)
+            if isinstance(exc, WorkerError) and exc.worker is None:  # e.g. EnvCrashed: say where
+                exc.worker, exc.env_indices = w, self._envs_of(w)
             raise exc
         raise WorkerError(f"an env of {self._describe(w)} raised during {what}:\n{text}",
                           worker=w, env_indices=self._envs_of(w), cause=text.strip().splitlines()[-1])
@@ -632,14 +638,23 @@ class AsyncGroupVecEnv(GroupVecEnv):
                 failures[w] = f.cause
                 continue
             (errors if status == "error" else replies)[w] = payload
-        if failures:
-            self._handle_failures(cmd, payloads, failures, replies)
+        crashed: dict[int, str] = {}  # live workers whose env lost its episode (EnvCrashed)
+        if self.restart:
+            for w in [w for w, (_, exc) in errors.items() if isinstance(exc, EnvCrashed)]:
+                crashed[w] = errors.pop(w)[1].cause or "an env crashed"
+        if failures or crashed:
+            self._handle_failures(cmd, payloads, failures, replies, crashed)
         for w, payload in errors.items():
             self._raise_env_error(w, cmd, payload)
         return replies
 
     def _handle_failures(self, cmd: str, payloads: dict[int, Any], failures: dict[int, str],
-                         replies: dict[int, Any]) -> None:
+                         replies: dict[int, Any], crashed: dict[int, str] | None = None) -> None:
+        """Dead/hung workers (``failures``) and, with ``restart=True``, live workers whose env
+        raised :class:`EnvCrashed` (``crashed``: the worker is kept; the env recovers on reset)
+        are handled alike: a ``reset`` is completed, any other request raises
+        :class:`WorkerRestarted` for all their envs (a step may have run on some of them)."""
+        crashed = crashed or {}
         if not self.restart:
             w, cause = next(iter(failures.items()))
             already = w in self._failed
@@ -662,15 +677,28 @@ class AsyncGroupVecEnv(GroupVecEnv):
             restarted.append(w)
             if cmd == "reset":  # replay the reset: the replacement was reset with these calls
                 replies[w] = self._retry_reset(w, payloads[w], reset_results)
+        for w, cause in crashed.items():
+            self.env_crashes += 1
+            logger.warning("an env of %s crashed during %r (%s); its episodes are lost",
+                           self._describe(w), cmd, cause)
+            if cmd == "reset":  # the env starts a new browser/simulator on reset: retry once
+                replies[w] = self._retry_reset(w, payloads[w], None)
         if cmd == "reset":
             return
-        envs = sorted(i for w in restarted for i in self._envs_of(w))
+        envs = sorted(i for w in [*restarted, *crashed] for i in self._envs_of(w))
         partial = self._flatten(cmd, replies, payloads)
-        names = ", ".join(self._describe(w) for w in restarted)
+        what = []
+        if restarted:
+            what.append(f"{', '.join(self._describe(w) for w in restarted)} failed during {cmd!r} "
+                        f"({'; '.join(failures[w] for w in restarted)}) and was replaced")
+        if crashed:
+            what.append(f"an env of {', '.join(self._describe(w) for w in crashed)} crashed during "
+                        f"{cmd!r} ({'; '.join(crashed.values())})")
+        first = restarted[0] if restarted else next(iter(crashed))
         raise WorkerRestarted(
-            f"{names} failed during {cmd!r} ({'; '.join(failures[w] for w in restarted)}) and was "
-            f"replaced; envs {envs} were reset, so their groups must be replayed from reset",
-            worker=restarted[0], env_indices=envs, cause=failures[restarted[0]], results=partial)
+            f"{'; '.join(what)}; envs {envs} lost their episodes, so their groups must be "
+            "replayed from reset", worker=first, env_indices=envs,
+            cause=failures[first] if restarted else crashed[first], results=partial)
 
     def _retry_reset(self, w: int, calls: list[Any], reset_results: list[Any] | None) -> list[Any]:
         if reset_results is not None and list(calls) == list(self._last_calls[self._slices[w]]):

@@ -20,6 +20,7 @@ shoppers come; a forgotten session's pages answer 410. Sessions an env registers
 from __future__ import annotations
 
 import html
+import os
 import secrets
 import threading
 import time
@@ -231,13 +232,15 @@ def _redirect(location: str) -> tuple[str, list[tuple[str, str]], bytes]:
 
 
 _SHARED: ShopServer | None = None
+_SHARED_PID: int | None = None
 _SHARED_LOCK = threading.Lock()
 
 
 def shared_server() -> ShopServer:
-    """The process's one loopback server, started on first use."""
-    global _SHARED
+    """The process's one loopback server, started on first use (a forked process, e.g. a vector
+    worker, starts its own: the parent's serving thread does not exist in the child)."""
+    global _SHARED, _SHARED_PID
     with _SHARED_LOCK:
-        if _SHARED is None:
-            _SHARED = ShopServer().start()
+        if _SHARED is None or _SHARED_PID != os.getpid():
+            _SHARED, _SHARED_PID = ShopServer().start(), os.getpid()
         return _SHARED
