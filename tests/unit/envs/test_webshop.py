@@ -234,3 +234,33 @@ def test_official_webshop_files_load(tmp_path):
         _env(data_dir=str(tmp_path / ".." / ".."))
     with pytest.raises(ConfigError, match="data_dir=.*missing.* is invalid: expected an existing folder"):
         _env(data_dir=str(tmp_path / "missing"))
+
+
+def test_official_files_score_on_the_full_attribute_list_and_bound_prices_as_webshop(tmp_path):
+    """WebShop's ``load_products``/``get_synthetic_goals``: a product's attributes are
+    ``items_ins_v2``'s full ``attributes`` (scored), a goal's are its ``instruction_attributes``;
+    bounds are drawn from 10 … 990, and a product priced above 980 gets none (no price text)."""
+    from arlgym.envs.webshop.catalog import NO_BOUND, PRICE_RANGE
+
+    products = [{"asin": "B0SHELF001", "name": "Oak Shelf", "pricing": "$15.00", "query": "shelf",
+                 "product_category": "Home › Shelves", "full_description": "A shelf.", "small_description": ["oak"]},
+                {"asin": "B0PIANO001", "name": "Grand Piano", "pricing": "$985.00", "query": "piano",
+                 "product_category": "Music › Pianos", "full_description": "A piano.", "small_description": ["black"]}]
+    ins = {"B0SHELF001": {"instruction": "i need a shelf that is easy to assemble",
+                          "instruction_attributes": ["easy assemble"],
+                          "attributes": ["easy assemble", "solid wood", "space saving"]},
+           "B0PIANO001": {"instruction": "i want a grand piano", "instruction_attributes": ["grand"],
+                          "attributes": ["grand"]}}
+    (tmp_path / "items_shuffle_1000.json").write_text(json.dumps(products))
+    (tmp_path / "items_ins_v2_1000.json").write_text(json.dumps(ins))
+    cat = load_official_catalog(tmp_path / "items_shuffle_1000.json", tmp_path / "items_ins_v2_1000.json")
+    shelf, piano = cat.by_asin["B0SHELF001"], cat.by_asin["B0PIANO001"]
+    assert shelf.attributes == ("easy assemble", "solid wood", "space saving")
+    goals = {g.asin: g for g in (cat.goals[i] for i in range(len(cat.goals)))}
+    assert goals[shelf.asin].attributes == ("easy assemble",)
+    assert goals[shelf.asin].price_upper in PRICE_RANGE[1:5]           # 20 … 50 for $15
+    assert goals[piano.asin].price_upper == NO_BOUND and "price lower than" not in goals[piano.asin].instruction
+    # "solid wood" is nowhere in the title, description or bullets: only the full list matches it
+    goal = Goal(**{**goals[shelf.asin].__dict__, "attributes": ("solid wood",)})
+    assert purchase_score(shelf, {}, goal).attribute_matches == 1
+    assert purchase_score(Product(**{**shelf.__dict__, "attributes": ("DUMMY_ATTR",)}), {}, goal).attribute_matches == 0
