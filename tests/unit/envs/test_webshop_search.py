@@ -310,7 +310,7 @@ def test_vectorised_asins_equal_one_at_a_time():
 
 def test_a_large_catalog_builds_in_bounded_memory():
     """100k products: choice arrays of ~30 bytes a product, the index built in chunks (measured:
-    122 MB peak for 2.75M postings; 1.18M products: 0.86 GB peak RSS, see docs/webshop.md)."""
+    122 MB peak for 2.75M postings; 1.18M products: 727 MB peak RSS, see docs/webshop.md)."""
     import tracemalloc
 
     from arlgym.envs.webshop.catalog import SyntheticCatalog
