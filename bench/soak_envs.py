@@ -2,9 +2,11 @@
 many episodes over distinct tasks per env; RSS must stay bounded.
 
 For each env (``arl/Sokoban-v0``, ``arl/TIRMath-v0``, ``arl/WebShop-v0`` by default) one env is
-made and ``--episodes`` episodes are played, each from ``reset(seed=episode)`` (a new room,
-problem or goal each time, drawn from the train split) with the env's own expert for at most
-``--steps`` turns. RSS is sampled every ``--report-every`` episodes: this process and, separately,
+made and ``--episodes`` episodes are played, episode ``k`` on the ``k``-th id of
+``list_tasks("train", limit=episodes)`` (a new room, problem or goal each time: every task id
+is distinct; WebShop's catalog is sized so that its train split holds that many goals — two goals
+a product, ~69% of them in train — as its default 1,000 products hold only 1,377) with the env's
+own expert for at most ``--steps`` turns. RSS is sampled every ``--report-every`` episodes: this process and, separately,
 its child processes (the TIR fork server and its spare cell). The run fails when this process's
 RSS grows by more than ``--max-growth-mb`` between the end of the warm-up (``--warmup`` of the
 episodes; caches and allocator pools fill there) and the end, or passes ``--bound-mb``.
@@ -39,14 +41,20 @@ def soak(env_id: str, episodes: int, steps: int, report_every: int, warmup: floa
 
     import arlgym  # noqa: F401  (registers the ids)
 
-    env = gym.make(env_id)
+    kwargs = {"num_products": max(1000, episodes)} if "WebShop" in env_id else {}
+    env = gym.make(env_id, **kwargs)
     base = env.unwrapped
+    task_ids = base.list_tasks("train", limit=episodes)
+    if len(set(task_ids)) < episodes:
+        env.close()
+        raise SystemExit(f"{env_id}: its train split holds {len(set(task_ids))} tasks, fewer than "
+                         f"--episodes {episodes}: the soak would repeat tasks")
     tasks: set[str] = set()
     samples: list[tuple[int, float, float]] = []
     t0 = time.perf_counter()
     try:
         for episode in range(episodes):
-            _, info = env.reset(seed=episode)
+            _, info = env.reset(seed=episode, options={"task_id": task_ids[episode]})
             tasks.add(str(info.get("task_id")))
             for _ in range(steps):
                 _, _, term, trunc, info = env.step(base.expert_response())
