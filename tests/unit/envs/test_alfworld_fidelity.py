@@ -184,6 +184,27 @@ def test_domain_randomization_env_expert_still_wins():
         env.close()
 
 
+def test_domain_randomization_leaves_eval_splits_numbered_as_generated():
+    """ALFWorld shuffles the numbering of training games only: an eval episode of a randomising
+    env reads exactly as the same episode of a plain env, whatever the reset seed, while a train
+    episode's first observation changes with the seed."""
+    kw = {"data_source": "generated", "task_types": ["pick_and_place_simple"]}
+    rand = gym.make("arl/ALFWorld-v0", domain_randomization=True, **kw)
+    plain = gym.make("arl/ALFWorld-v0", domain_randomization=False, **kw)
+    try:
+        for split in ("eval_in_distribution", "eval_out_of_distribution"):
+            opts = {"split": split, "task_id": plain.unwrapped.list_tasks(split)[0]}
+            reference = plain.reset(seed=0, options=opts)[1]["raw_observation"]
+            for seed in (1, 2, 3):
+                assert rand.reset(seed=seed, options=opts)[1]["raw_observation"] == reference
+        opts = {"split": "train", "task_id": plain.unwrapped.list_tasks("train")[0]}
+        train_obs = {rand.reset(seed=s, options=opts)[1]["raw_observation"] for s in range(6)}
+        assert len(train_obs) > 1
+    finally:
+        rand.close()
+        plain.close()
+
+
 # ------------------------------------------------------------------ kwargs and data
 @pytest.mark.parametrize(("kwargs", "names"), [
     ({"split_sizes": {"train": "many"}}, "split_sizes['train']"),
