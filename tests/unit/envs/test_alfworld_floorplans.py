@@ -2,9 +2,11 @@
 
 One game per floor plan is generated (:func:`~arlgym.envs.alfworld.generator.generate_in_floor_plan`),
 checked in our engine, written in ALFWorld's layout, then loaded by alfworld 0.4.2's
-``AlfredTWEnv`` (TextWorld's unmodified ``PddlEnv``) and replayed. CI plays three floor plans
-(a reference step costs ~0.3 s): FloorPlan10 (ALFWorld's densest unseen kitchen), FloorPlan418
-(whose sink was once named "sinkbasinbasin") and FloorPlan420 (a THOR "Bathtub|..|SinkBasin");
+``AlfredTWEnv`` (TextWorld's unmodified ``PddlEnv``) and replayed. CI plays twelve floor plans,
+three of each room type (a reference step costs ~0.3 s): the first and last of each range and
+ALFWorld's four unseen scenes — FloorPlan10 (its densest unseen kitchen), 219, 308 and 424 —
+plus FloorPlan418 (whose sink was once named "sinkbasinbasin") and FloorPlan420 (a THOR
+"Bathtub|..|SinkBasin");
 ``test_alfworld_generate.py`` plays the other splits' games through the same loader.
 ``ARLGYM_ALFWORLD_FLOORPLANS=all`` plays all 120
 (~10 min on 2 cores; ``bench/alfworld_floorplans.py`` does the same and prints a summary;
@@ -29,7 +31,10 @@ from arlgym.envs.alfworld.official_check import (  # noqa: E402
     write_floor_plan_games,
 )
 
-_CI_PLANS = ("FloorPlan10", "FloorPlan418", "FloorPlan420")
+_CI_PLANS = ("FloorPlan1", "FloorPlan10", "FloorPlan30",          # kitchens
+             "FloorPlan201", "FloorPlan219", "FloorPlan230",     # living rooms
+             "FloorPlan301", "FloorPlan308", "FloorPlan330",     # bedrooms
+             "FloorPlan418", "FloorPlan420", "FloorPlan424")     # bathrooms
 
 
 def _plans() -> list[str]:
