@@ -278,3 +278,40 @@ def test_old_logprobs_sources(tmp_path, monkeypatch):
     assert rec[0]["samples"] == auto[0]["samples"] and rec[0]["is/ratio_max"] == pytest.approx(1.0, abs=1e-4)
     with pytest.raises(ConfigError, match="EMPG"):
         _run(tmp_path / "empg", "--algo", "empg", "--max_steps", "1", "--old_logprobs", "rollout")
+
+
+def test_a_dead_env_worker_is_replaced_and_its_group_replayed_and_logged(tmp_path):
+    """A rollout worker killed mid-step: the trainer's collector replaces it, replays the
+    interrupted group from reset, and the step's metrics say so (``rollout/groups_retried``);
+    the step trains on whole groups only."""
+    import os
+    import signal
+
+    from arlgym.rollout import RolloutCollector
+
+    cfg = parse_train_config([*TINY, "--output_dir", str(tmp_path), "--algo", "grpo",
+                              "--max_steps", "2"])
+    trainer = Trainer(cfg)
+    trainer.collector.close()
+    trainer.collector = coll = RolloutCollector(
+        cfg.env_id, trainer.policy, group_size=2, num_tasks=2, env_kwargs={"max_steps": 2},
+        mode="async", num_workers=2, seed=3, progress=False)
+    generate, calls = trainer.policy.generate, []
+
+    def generate_and_kill_once(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:  # mid-episode of the first step: the second turn's generate
+            os.kill(coll.vec.worker_pid(1), signal.SIGKILL)
+        return generate(*args, **kwargs)
+
+    trainer.policy.generate = generate_and_kill_once
+    history = trainer.train()
+    assert coll.vec.restarts == 1
+    assert history[0]["rollout/groups_retried"] == 1.0
+    assert history[0]["rollout/groups_dropped"] == 0.0
+    assert history[1]["rollout/groups_retried"] == 0.0  # counted once, in the step it happened
+    # both groups whole, the replayed one too: 4 episodes of max_steps=2 turns each (the
+    # untrained tiny model never finishes one early), every turn trained on
+    assert history[0]["env/turns"] == history[0]["samples"] == 8.0
+    logged = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert logged[0]["rollout/groups_retried"] == 1.0
