@@ -1,12 +1,19 @@
 """``arlgym quickstart``: the whole pipeline on Sokoban with the tiny model, offline, on CPU.
 
-expert demonstrations → a short behaviour cloning (SFT) → eval → SAMPO from the SFT checkpoint
+expert demonstrations → a *short* behaviour cloning (SFT) → eval → SAMPO from the SFT checkpoint
 → eval again on the same held-out rooms; prints a random / SFT / SFT+SAMPO table with the RL
 effect as a paired difference (same rooms before and after) and its standard error, and saves
 the curves.
 
+The SFT phase is short on purpose (250 steps: ~14% greedy success, below random moves): it
+leaves RL headroom, so the RL phase shows what it does. Long SFT reaches ~92% by itself
+(``--sft-steps 0`` = 3 epochs of the demonstrations), and then a few RL steps have nothing
+left to gain. The RL phase uses large rollout batches (16 rooms × 8 rollouts, ~1,500 turn
+samples, ~6 PPO mini-batches per step): measured, batches of 32 episodes moved nothing in 24
+steps (README, "The main job shows RL working").
+
 Every phase runs a fixed number of steps (with a progress bar and ETA), never a time budget, so
-a busy machine gives the same numbers later. RL and eval use one torch thread, SFT two only
+a busy machine gives the same numbers later. Eval uses one torch thread; SFT and RL two only
 when the machine is idle at the start (two threads next to another busy process run ~10x
 slower than one). If a phase is cut short anyway (``--sft-minutes`` as an
 explicit guard, Ctrl-C), the table says so and the command exits with status 3 unless
@@ -34,41 +41,47 @@ class CutShort(RuntimeError):
 @dataclass
 class QuickstartConfig:
     out: str = "runs/quickstart"
-    #: expert demonstrations. Measured (200 held-out rooms, seed 0, bench/bench_sft.py): 2,000
-    #: rooms × 3 epochs (615 steps) 60.5%, 2,000 × 4 (820 steps) 83.5%, 3,000 × 3 (927 steps) 93.0%
-    episodes: int = 3000
-    #: SFT passes over the demonstrations: a fixed number of steps (927 for 3,000 rooms)
+    #: expert demonstrations (2,000 rooms → 6,547 step samples)
+    episodes: int = 2000
+    #: SFT passes over the demonstrations, used when ``sft_steps`` is 0 (3 epochs of 3,000
+    #: rooms = 927 steps reach ~92%: no headroom left for RL)
     sft_epochs: int = 3
-    #: SFT optimizer steps instead of epochs (0: use sft_epochs)
-    sft_steps: int = 0
+    #: SFT optimizer steps (0: use sft_epochs). 250 on purpose: a weak start (~14% greedy on
+    #: held-out rooms, random moves ~20%) that RL can improve
+    sft_steps: int = 250
     #: optional guard (minutes): stop SFT when it is spent — the run is then marked cut short
     sft_minutes: float | None = None
     sft_lr: float = 1e-3
     sft_batch_size: int = 32
     #: held-out test rooms; the RL effect is a paired difference on them
-    eval_episodes: int = 100
+    eval_episodes: int = 200
     rl_steps: int = 6
-    rl_tasks: int = 6
-    rl_group_size: int = 4
-    rl_lr: float = 3e-5
-    #: turn samples per optimizer update (0: the whole rollout batch, on-policy)
-    rl_mini_batch_size: int = 0
-    #: rollout temperature of the RL phase (log-probs are computed at the same temperature, so
-    #: the policy being optimised is exactly the one sampled). Not Table 6's 1.0: at T=1 the
-    #: 0.8M-parameter SFT policy puts ~0.25% of each token's mass on stray tokens and 4.3% of its
-    #: responses come out malformed (measured on 200 rooms); at 0.8 it is 0.65%.
-    rl_temperature: float = 0.8
+    #: 16 rooms × 8 rollouts a step: measured, 8 × 4 a step (24 steps at lr 5e-4) left greedy
+    #: success where it was (+0.5 points); 16 × 8 at lr 2e-4 lifted it by 5.5–12 points
+    rl_tasks: int = 16
+    rl_group_size: int = 8
+    rl_lr: float = 2e-4
+    #: turn samples per optimizer update (0: the whole rollout batch, on-policy); 256 of the
+    #: ~1,500 a step gives ~6 updates, the later ones off-policy (where SAMPO's clipping acts)
+    rl_mini_batch_size: int = 256
+    #: rollout temperature of the RL phase (Table 6: 1.0); log-probs are computed at the same
+    #: temperature, so the policy being optimised is exactly the one sampled
+    rl_temperature: float = 1.0
+    #: steps before SAMPO's dynamic sampling starts filtering (the paper's cold start)
+    rl_cold_start_steps: int = 2
     seed: int = 0
-    #: torch CPU threads of RL and eval (0: torch's default; -1: auto = 1). One thread: the
-    #: tiny model's matrices are too small to split, and with a busy neighbour every OpenMP
-    #: barrier waits for a descheduled thread (measured: one generate 1.4 s with 1 thread,
-    #: 13-27 s with 2)
+    #: torch CPU threads of eval (0: torch's default; -1: auto). One thread: generating for a
+    #: batch of rooms gains nothing from more, and with a busy neighbour every OpenMP barrier
+    #: waits for a descheduled thread (measured: one generate 1.4 s with 1 thread, 13-27 s with 2)
     threads: int = 1
-    #: torch threads of SFT; -1 (auto): 2 when the machine is idle at the start (1.4x faster:
-    #: 927 steps in ~6.6 min), else 1 — two threads beside a busy process run ~10x slower,
-    #: one thread merely shares the cores (the step count is fixed either way; float sums
-    #: depend on the thread count, so the last digits may differ)
+    #: torch threads of SFT; -1 (auto): 2 when the machine is idle at the start of the phase,
+    #: else 1 — two threads beside a busy process run ~10x slower, one thread merely shares the
+    #: cores (the step count is fixed either way; float sums depend on the thread count, so
+    #: the last digits may differ)
     sft_threads: int = -1
+    #: torch threads of the RL phase, the same rule (auto: 2 on an idle machine: a step of
+    #: ~1,500 turn samples takes ~45 s with 2 threads)
+    rl_threads: int = -1
     #: accept a cut-short run (exit 0)
     allow_short: bool = False
 
@@ -76,7 +89,8 @@ class QuickstartConfig:
     def fast(cls, out: str = "runs/quickstart-fast") -> QuickstartConfig:
         """Tiny settings for CI: every stage runs, numbers mean nothing."""
         return cls(out=out, episodes=64, sft_steps=20, eval_episodes=8, rl_steps=2,
-                   rl_tasks=2, rl_group_size=2, sft_threads=1)
+                   rl_tasks=2, rl_group_size=2, rl_mini_batch_size=0, sft_threads=1,
+                   rl_threads=1)
 
 
 def choose_threads(requested: int, cores: int | None = None, load: float | None = None) -> int:
@@ -154,6 +168,34 @@ def rl_phase_summary(rl_log: list[dict], temperature: float) -> dict[str, Any]:
             "last_success": rl_log[-1]["env/success_rate"] if rl_log else 0.0}
 
 
+def _report_lines(cfg: QuickstartConfig, rows: dict[str, dict], effect: dict[str, float] | None,
+                  rl_phase: dict[str, Any], short: list[str], timings: dict[str, float],
+                  sft_threads: int, rl_threads: int) -> list[str]:
+    """The table, the paired RL effect, the RL phase and the timings, as printed and as
+    written to ``report.md``."""
+    what = f"{cfg.sft_steps} steps" if cfg.sft_steps > 0 else f"{cfg.sft_epochs} epochs"
+    lines = [f"Sokoban 6x6/1 box, {cfg.eval_episodes} held-out rooms, greedy "
+             f"(SFT: {what} on {cfg.episodes} expert rooms; SAMPO: {cfg.rl_steps} steps):",
+             f"{'policy':10s} {'success':>8s} {'± se':>6s} {'format ok':>9s} {'steps':>6s}"]
+    for name, r in rows.items():
+        lines.append(f"{name:10s} {r['success_rate']:8.1%} {r['success_se']:6.1%} "
+                     f"{r['format_valid_ratio']:9.1%} {r['mean_steps']:6.2f}")
+    if effect is not None:
+        verdict = ("no room changed" if math.isnan(effect["z"]) else
+                   "an RL effect above 2 standard errors" if effect["z"] > 2 else
+                   "not above 2 standard errors")
+        lines.append(f"RL effect (same rooms): {effect['difference']:+.1%} ± {effect['se']:.1%} "
+                     f"paired SE, z = {effect['z']:+.1f} ({effect['gained']} rooms gained, "
+                     f"{effect['lost']} lost): {verdict}")
+    lines.append(f"RL phase (T={cfg.rl_temperature}): {rl_phase['responses']} responses, "
+                 f"{rl_phase['invalid_ratio']:.1%} malformed; rollout success "
+                 f"{rl_phase['first_success']:.0%} -> {rl_phase['last_success']:.0%}")
+    lines += [f"!! CUT SHORT: {line} — these numbers are not the quickstart's" for line in short]
+    lines.append(f"total {timings['total_s'] / 60:.1f} min (SFT {timings['sft_s'] / 60:.1f}, RL "
+                 f"{timings['rl_s'] / 60:.1f}; {sft_threads} SFT / {rl_threads} RL thread(s))")
+    return lines
+
+
 def run_quickstart(cfg: QuickstartConfig) -> dict[str, Any]:
     """Run every phase; returns (and writes to ``quickstart.json``) the table's numbers.
 
@@ -212,7 +254,9 @@ def run_quickstart(cfg: QuickstartConfig) -> dict[str, Any]:
     rows["SFT"], wins["SFT"] = _eval(f"hf:{sft_dir}", cfg.eval_episodes, out / "eval_sft.jsonl")
     timings["eval_s"] = time.perf_counter() - t
 
-    print(f"[4/5] SAMPO for {cfg.rl_steps} steps from the SFT checkpoint")
+    rl_threads = choose_threads(cfg.rl_threads)
+    print(f"[4/5] SAMPO for {cfg.rl_steps} steps of {cfg.rl_tasks} rooms x {cfg.rl_group_size} "
+          f"rollouts from the SFT checkpoint, {rl_threads} thread(s)")
     t = time.perf_counter()
     rl_dir = out / "rl"
     rl_cfg = parse_train_config([
@@ -221,10 +265,12 @@ def run_quickstart(cfg: QuickstartConfig) -> dict[str, Any]:
         "--group_size", str(cfg.rl_group_size), "--lr", str(cfg.rl_lr),
         "--mini_batch_size", str(cfg.rl_mini_batch_size),
         "--max_new_tokens", "24", "--temperature", str(cfg.rl_temperature), "--log_with", "none",
-        "--seed", str(cfg.seed), "--cold_start_steps", str(cfg.rl_steps),  # too few steps for filtering to pay off
-        "--torch_threads", str(threads)])
+        "--seed", str(cfg.seed), "--cold_start_steps", str(cfg.rl_cold_start_steps),
+        "--torch_threads", str(rl_threads)])
     rl_log = Trainer(rl_cfg).train()
     timings["rl_s"] = time.perf_counter() - t
+    if threads:
+        torch.set_num_threads(threads)
     if len(rl_log) < cfg.rl_steps:
         short.append(f"SAMPO ran {len(rl_log)} of {cfg.rl_steps} steps")
 
@@ -238,28 +284,12 @@ def run_quickstart(cfg: QuickstartConfig) -> dict[str, Any]:
     _plot(sft_stats["log"], rl_log, out / "curves.png")
     rl_phase = rl_phase_summary(rl_log, cfg.rl_temperature)
     effect = paired_difference(wins["SFT"], wins["SFT+SAMPO"]) if cfg.eval_episodes >= 2 else None
-    lines = [f"{'policy':10s} {'success':>8s} {'± se':>6s} {'format ok':>9s} {'steps':>6s}"]
-    for name, r in rows.items():
-        lines.append(f"{name:10s} {r['success_rate']:8.1%} {r['success_se']:6.1%} "
-                     f"{r['format_valid_ratio']:9.1%} {r['mean_steps']:6.2f}")
-    table = "\n".join(lines)
-    print(f"\nSokoban 6x6/1 box, {cfg.eval_episodes} held-out rooms, greedy:\n{table}")
-    if effect is not None:
-        verdict = ("no room changed" if math.isnan(effect["z"]) else
-                   "an RL effect above 2 standard errors" if effect["z"] > 2 else
-                   "not above 2 standard errors")
-        print(f"RL effect (same rooms): {effect['difference']:+.1%} ± {effect['se']:.1%} paired SE, "
-              f"z = {effect['z']:+.1f} ({effect['gained']} rooms gained, {effect['lost']} lost): {verdict}")
-    print(f"RL phase (T={cfg.rl_temperature}): {rl_phase['responses']} responses, "
-          f"{rl_phase['invalid_ratio']:.1%} malformed; rollout success "
-          f"{rl_phase['first_success']:.0%} -> {rl_phase['last_success']:.0%}")
-    for line in short:
-        print(f"!! CUT SHORT: {line} — these numbers are not the quickstart's")
-    print(f"total {timings['total_s'] / 60:.1f} min (SFT {timings['sft_s'] / 60:.1f}, RL "
-          f"{timings['rl_s'] / 60:.1f}; {sft_threads} SFT / {threads} RL thread(s)); "
-          f"curves: {out / 'curves.png'}")
+    report = _report_lines(cfg, rows, effect, rl_phase, short, timings, sft_threads, rl_threads)
+    print("\n" + "\n".join(report) + f"\ncurves: {out / 'curves.png'}")
+    (out / "report.md").write_text(
+        "# arlgym quickstart\n\n```\n" + "\n".join(report) + "\n```\n\n![curves](curves.png)\n")
     result = {"rows": rows, "rl_effect": effect, "timings": timings, "rl_phase": rl_phase,
-              "cut_short": short, "threads": {"sft": sft_threads, "rl": threads},
+              "cut_short": short, "threads": {"sft": sft_threads, "rl": rl_threads, "eval": threads},
               "sft": {k: v for k, v in sft_stats.items() if k != "log"}}
     (out / "quickstart.json").write_text(json.dumps(result, indent=2))
     if short and not cfg.allow_short:

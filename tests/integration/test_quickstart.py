@@ -19,6 +19,8 @@ def test_quickstart_fast(tmp_path):
     result = json.loads((out / "quickstart.json").read_text())
     assert set(result["rows"]) == {"random", "SFT", "SFT+SAMPO"}
     assert (out / "curves.png").stat().st_size > 1000
+    report = (out / "report.md").read_text()  # the printed table, effect and timings, kept
+    assert "RL effect (same rooms)" in report and "SFT+SAMPO" in report and "curves.png" in report
     assert (out / "sft" / "model.safetensors").exists() and (out / "rl" / "final").is_dir()
 
 
