@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["stat_fields", "process_table", "descendants", "children", "alive", "rss_mib"]
+__all__ = ["stat_fields", "process_table", "descendants", "children", "alive", "rss_mib", "busy_cores"]
 
 #: States of a process that has exited and holds nothing but its table entry.
 _DEAD_STATES = ("Z", "X")
@@ -77,3 +77,39 @@ def rss_mib(pid: int | str) -> float:
             return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
     except (OSError, IndexError, ValueError):
         return 0.0
+
+
+def _cpu_jiffies() -> tuple[int, int] | None:
+    """(busy, total) jiffies of all CPUs together from ``/proc/stat``, or None."""
+    try:
+        with open("/proc/stat") as fh:
+            fields = [int(x) for x in fh.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    if len(fields) < 4:
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    total = sum(fields[:8])  # user..steal; guest time is already inside user
+    return total - idle, total
+
+
+def busy_cores(interval: float = 0.5) -> float | None:
+    """How many CPUs other processes keep busy now: the busy share of all CPUs over
+    ``interval`` seconds, times the CPU count, less this process's own CPU time in that window.
+
+    Why not the load average: its 1-minute mean still holds this process's own previous phase
+    (two SFT threads leave it near 2 for a minute), so a program choosing threads phase by
+    phase would mistake itself for a busy neighbour. None where ``/proc/stat`` is unreadable."""
+    import time
+
+    before, self_before = _cpu_jiffies(), os.times()
+    time.sleep(interval)
+    after, self_after = _cpu_jiffies(), os.times()
+    if before is None or after is None or after[1] <= before[1]:
+        return None
+    cpus = os.cpu_count() or 1
+    window = (after[1] - before[1]) / cpus  # jiffies per CPU in the window
+    busy = (after[0] - before[0]) / window
+    hz = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    own = ((self_after.user - self_before.user) + (self_after.system - self_before.system)) * hz / window
+    return max(0.0, busy - own)
