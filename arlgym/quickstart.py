@@ -7,10 +7,10 @@ the curves.
 
 The SFT phase is short on purpose (250 steps: ~14% greedy success, below random moves): it
 leaves RL headroom, so the RL phase shows what it does. Long SFT reaches ~92% by itself
-(``--sft-steps 0`` = 3 epochs of the demonstrations), and then a few RL steps have nothing
+(``--sft-steps 0 --episodes 3000``: 3 epochs, 927 steps), and then a few RL steps have nothing
 left to gain. The RL phase uses large rollout batches (16 rooms × 8 rollouts, ~1,500 turn
 samples, ~6 PPO mini-batches per step): measured, batches of 32 episodes moved nothing in 24
-steps (README, "The main job shows RL working").
+steps (README, "Why a weak start, and why these batches").
 
 Every phase runs a fixed number of steps (with a progress bar and ETA), never a time budget, so
 a busy machine gives the same numbers later. Eval uses one torch thread; SFT and RL two only

@@ -1,6 +1,6 @@
 """One RL probe: a weak behaviour-cloned start → a trainer run → greedy test eval, paired.
 
-The probes behind the quickstart's RL recipe (README, "The main job shows RL working"): the same
+The probes behind the quickstart's RL recipe (README, "Why a weak start, and why these batches"): the same
 start as ``experiments/arena_cpu.py`` (2,000 expert rooms, ``--sft-steps`` SFT steps, cached in
 ``<out>/start<N>/``), then ``python -m arlgym.rl`` with any trainer flags, then a greedy eval of
 ``final/`` on the same ``--test`` held-out rooms as the start; prints and writes ``probe.json``
