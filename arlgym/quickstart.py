@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["QuickstartConfig", "rl_phase_summary", "run_quickstart", "paired_difference",
-           "choose_threads", "CutShort"]
+           "choose_threads", "greedy_eval", "CutShort"]
 
 
 class CutShort(RuntimeError):
@@ -134,7 +134,7 @@ def paired_difference(before: list[bool], after: list[bool]) -> dict[str, float]
             "rooms": n, "gained": sum(x > 0 for x in d), "lost": sum(x < 0 for x in d)}
 
 
-def _eval(policy_spec_or_obj: Any, episodes: int, out: Path) -> tuple[dict[str, Any], list[bool]]:
+def greedy_eval(policy_spec_or_obj: Any, episodes: int, out: Path) -> tuple[dict[str, Any], list[bool]]:
     """Greedy eval on the first ``episodes`` test rooms: (overall summary, won per room)."""
     from arlgym.evaluation.runner import evaluate
     from arlgym.policies import SamplingParams, make_policy
@@ -259,9 +259,9 @@ def run_quickstart(cfg: QuickstartConfig) -> dict[str, Any]:
     from arlgym.policies import make_policy
 
     rows, wins = {}, {}
-    rows["random"], wins["random"] = _eval(make_policy("random", seed=cfg.seed), cfg.eval_episodes,
+    rows["random"], wins["random"] = greedy_eval(make_policy("random", seed=cfg.seed), cfg.eval_episodes,
                                            out / "eval_random.jsonl")
-    rows["SFT"], wins["SFT"] = _eval(f"hf:{sft_dir}", cfg.eval_episodes, out / "eval_sft.jsonl")
+    rows["SFT"], wins["SFT"] = greedy_eval(f"hf:{sft_dir}", cfg.eval_episodes, out / "eval_sft.jsonl")
     timings["eval_s"] = time.perf_counter() - t
 
     rl_threads = choose_threads(cfg.rl_threads)
@@ -287,7 +287,7 @@ def run_quickstart(cfg: QuickstartConfig) -> dict[str, Any]:
 
     print("[5/5] evaluating SFT+SAMPO on the same rooms")
     t = time.perf_counter()
-    rows["SFT+SAMPO"], wins["SFT+SAMPO"] = _eval(f"hf:{rl_dir / 'final'}", cfg.eval_episodes,
+    rows["SFT+SAMPO"], wins["SFT+SAMPO"] = greedy_eval(f"hf:{rl_dir / 'final'}", cfg.eval_episodes,
                                                  out / "eval_rl.jsonl")
     timings["eval_s"] += time.perf_counter() - t
     timings["total_s"] = time.perf_counter() - t0

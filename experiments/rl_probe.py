@@ -26,17 +26,6 @@ from pathlib import Path
 from typing import Any
 
 
-def greedy_eval(spec: str, rooms: int, path: Path) -> tuple[dict[str, Any], list[bool]]:
-    """Greedy success on the first ``rooms`` test rooms: (summary, won per room)."""
-    from arlgym.evaluation.runner import evaluate
-    from arlgym.policies import SamplingParams, make_policy
-
-    summary, trajs = evaluate("arl/Sokoban-v0", make_policy(spec), episodes=rooms, split="test",
-                              out=path, batch_size=100,
-                              sampling=SamplingParams(temperature=0.0, max_new_tokens=24))
-    return summary["overall"], [t.won for t in trajs]
-
-
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--name", required=True, help="the run's folder under --out")
@@ -49,7 +38,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     import torch
 
     torch.set_num_threads(1)
-    from arlgym.quickstart import paired_difference
+    from arlgym.quickstart import greedy_eval, paired_difference
     from arlgym.rl.cli import parse_train_config
     from arlgym.rl.trainer import Trainer
 

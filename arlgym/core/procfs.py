@@ -10,6 +10,7 @@ instead of raising, which is the only correct reading and the one a hand-rolled 
 from __future__ import annotations
 
 import os
+import time
 
 __all__ = ["stat_fields", "process_table", "descendants", "children", "alive", "rss_mib", "busy_cores"]
 
@@ -100,8 +101,6 @@ def busy_cores(interval: float = 0.5) -> float | None:
     Why not the load average: its 1-minute mean still holds this process's own previous phase
     (two SFT threads leave it near 2 for a minute), so a program choosing threads phase by
     phase would mistake itself for a busy neighbour. None where ``/proc/stat`` is unreadable."""
-    import time
-
     before, self_before = _cpu_jiffies(), os.times()
     time.sleep(interval)
     after, self_after = _cpu_jiffies(), os.times()
@@ -110,6 +109,6 @@ def busy_cores(interval: float = 0.5) -> float | None:
     cpus = os.cpu_count() or 1
     window = (after[1] - before[1]) / cpus  # jiffies per CPU in the window
     busy = (after[0] - before[0]) / window
-    hz = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-    own = ((self_after.user - self_before.user) + (self_after.system - self_before.system)) * hz / window
+    own_seconds = (self_after.user - self_before.user) + (self_after.system - self_before.system)
+    own = own_seconds * os.sysconf("SC_CLK_TCK") / window
     return max(0.0, busy - own)

@@ -69,35 +69,3 @@ def test_quickstart_cut_short_is_loud(tmp_path):
     assert "cut short" in proc.stderr and "--allow-short" in proc.stderr
     assert json.loads((out / "quickstart.json").read_text())["cut_short"]
 
-
-def test_busy_cores_sees_a_neighbour_but_not_this_process():
-    """The auto thread rule measures other processes' CPU use now — a busy neighbour counts,
-    this process's own busy thread does not (the 1-minute load average counted both)."""
-    import threading
-
-    from arlgym.core.procfs import busy_cores
-
-    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
-    try:
-        import time
-
-        time.sleep(0.3)
-        assert busy_cores(interval=1.0) >= 0.6
-    finally:
-        spinner.kill()
-        spinner.wait()
-    quiet = busy_cores(interval=1.0)
-    stop = threading.Event()
-
-    def spin() -> None:
-        while not stop.is_set():
-            pass
-
-    thread = threading.Thread(target=spin)
-    thread.start()
-    try:
-        own = busy_cores(interval=1.0)
-    finally:
-        stop.set()
-        thread.join()
-    assert own < quiet + 0.5

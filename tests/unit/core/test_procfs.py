@@ -66,3 +66,34 @@ def test_a_process_that_exits_while_its_stat_is_read_is_gone(monkeypatch, error)
     assert not procfs.alive(victim)
     assert victim not in procfs.process_table()
     assert procfs.alive(os.getpid())  # the others are still read
+
+
+def test_busy_cores_sees_a_neighbour_but_not_this_process():
+    """``busy_cores`` (the quickstart's auto thread rule) measures other processes' CPU use now:
+    a busy neighbour counts, this process's own busy thread does not (the 1-minute load average
+    counted both)."""
+    import threading
+    import time
+
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.3)
+        assert procfs.busy_cores(interval=1.0) >= 0.6
+    finally:
+        spinner.kill()
+        spinner.wait()
+    quiet = procfs.busy_cores(interval=1.0)
+    stop = threading.Event()
+
+    def spin() -> None:
+        while not stop.is_set():
+            pass
+
+    thread = threading.Thread(target=spin)
+    thread.start()
+    try:
+        own = procfs.busy_cores(interval=1.0)
+    finally:
+        stop.set()
+        thread.join()
+    assert own < quiet + 0.5
