@@ -6,7 +6,8 @@ once on loopback).
     python bench/bench_webshop.py                      # 1k and 100k, plus the load test
     python bench/bench_webshop.py --sizes 1000 100000 1181436   # WebShop's full size too
     python bench/bench_webshop.py --no-load            # skip the server load test
-    python bench/bench_webshop.py --sizes --load-only  # only the load test (waitress, then the former server)
+    python bench/bench_webshop.py --sizes --load-only --repeat 8  # only the load test (arlgym's server,
+                                                       # then the former Flask one), 8 runs each
 
 Every size runs in fresh worker processes with their own cache folder (cold = no cache; cached =
 a second process that finds it). The baseline is the index arlgym had before (an inverted index
@@ -219,12 +220,157 @@ make_server("127.0.0.1", int(sys.argv[1]), app, threaded=True).serve_forever()
 """
 
 
-def load_test(shoppers: int = 200, threads: int = 8, former: bool = False) -> dict:
-    """``shoppers`` clients start at once (a barrier), each: visit / (a new goal), search its
-    request, open the first result, buy (redirects followed). Every request's latency is
-    recorded; every page is checked to belong to its own session (goal text and query).
-    ``former``: against the former Flask development server instead of waitress."""
+class _Shopper:
+    """What one shopper checks on its pages, shared by both load clients: every page must be
+    its own session's (its goal text; its query's results; its item; its purchase's score)."""
+
+    def __init__(self, i: int, leaks: list[str]) -> None:
+        self.i, self.leaks, self.goal = i, leaks, ""
+
+    def start(self, page: str) -> str:
+        """The first page: remembers the goal, returns the search path's query."""
+        from urllib.parse import quote
+
+        self.goal = re.search(r"Instruction: (.*?)</div>", page).group(1)
+        return quote(re.split(r" with |, and price", self.goal)[0])
+
+    def check(self, page: str, must: str, what: str) -> None:
+        if f"Instruction: {self.goal}</div>" not in page or must not in page:
+            self.leaks.append(f"shopper {self.i}: {what} is not its own")
+
+    @staticmethod
+    def first_result(page: str) -> str | None:
+        from urllib.parse import quote
+
+        first = re.search(r'data-click="(b0[0-9a-z]+)"', page)
+        return quote(f"click[{first.group(1)}]") if first else None
+
+
+def _threads_client(port: int, shoppers: int, latencies: list[float], leaks: list[str],
+                    errors: list[str]) -> None:
+    """The first client: one Python thread per shopper (http.client). Its latencies include the
+    client's own GIL queue: 200 threads hand one interpreter lock around (5 ms switch interval)."""
     import http.client
+    from urllib.parse import quote
+
+    lock = threading.Lock()
+    barrier = threading.Barrier(shoppers)
+
+    def get(conn: http.client.HTTPConnection, path: str) -> tuple[int, str, str]:
+        t = time.perf_counter()
+        conn.request("GET", path)
+        r = conn.getresponse()
+        body = r.read().decode()
+        with lock:
+            latencies.append(time.perf_counter() - t)
+        location = r.getheader("Location") or ""
+        if r.status == 302 and path != "/":  # the former server redirects after an action
+            return get(conn, location)
+        return r.status, location, body
+
+    def shopper(i: int) -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        me = _Shopper(i, leaks)
+        try:
+            barrier.wait()
+            _, location, _ = get(conn, "/")
+            sid = location.rsplit("/", 1)[-1]
+            _, _, page = get(conn, location)
+            _, _, page = get(conn, f"/s/{sid}/search?q={me.start(page)}")
+            me.check(page, "Total results", "results page")
+            first = me.first_result(page)
+            if first:
+                _, _, page = get(conn, f"/s/{sid}/act?a={first}")
+                me.check(page, "Buy Now", "item page")
+                _, _, page = get(conn, f"/s/{sid}/act?a={quote('click[buy now]')}")
+                me.check(page, "data-score", "purchase page")
+        except Exception as e:  # noqa: BLE001 - counted and reported
+            with lock:
+                errors.append(f"shopper {i}: {type(e).__name__}: {e}")
+        finally:
+            conn.close()
+
+    workers = [threading.Thread(target=shopper, args=(i,)) for i in range(shoppers)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+
+
+def _asyncio_client(port: int, shoppers: int, latencies: list[float], leaks: list[str],
+                    errors: list[str]) -> None:
+    """The default client: every shopper a coroutine on one event loop (raw HTTP/1.1 keep-alive
+    over asyncio streams), released together by one event. Like a load generator (wrk, locust on
+    gevent) it costs the machine little, so on 2 shared cores the latencies are the server's,
+    not the client's own queue for the GIL; its CPU time is reported beside the server's."""
+    import asyncio
+    from urllib.parse import quote
+
+    async def exchange(stream: list, path: str) -> tuple[list[str], dict[str, str], bytes]:
+        if not stream:  # connect on the first request (its latency includes it), as http.client does
+            stream.extend(await asyncio.open_connection("127.0.0.1", port))
+        reader, writer = stream
+        writer.write(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
+        head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
+        headers = {k.lower(): v.strip() for k, _, v in (h.partition(":") for h in head[1:] if h)}
+        if "content-length" in headers:
+            body = await reader.readexactly(int(headers["content-length"]))
+        else:  # no length: the body ends when the server closes the connection
+            body = await reader.read()
+        if head[0].startswith("HTTP/1.0") or headers.get("connection", "").lower() == "close" \
+                or "content-length" not in headers:
+            writer.close()  # the server closes it: the next request opens a new one
+            stream.clear()
+        return head, headers, body
+
+    async def get(stream: list, path: str) -> tuple[int, str, str]:
+        t = time.perf_counter()
+        head, headers, body = await asyncio.wait_for(exchange(stream, path), 60)  # as http.client's timeout
+        latencies.append(time.perf_counter() - t)
+        body = body.decode()
+        status, location = int(head[0].split()[1]), headers.get("location", "")
+        if status == 302 and path != "/":  # the former server redirects after an action
+            return await get(stream, location)
+        return status, location, body
+
+    async def shopper(i: int, go: asyncio.Event) -> None:
+        stream: list = []
+        me = _Shopper(i, leaks)
+        try:
+            await go.wait()
+            _, location, _ = await get(stream, "/")
+            sid = location.rsplit("/", 1)[-1]
+            _, _, page = await get(stream, location)
+            _, _, page = await get(stream, f"/s/{sid}/search?q={me.start(page)}")
+            me.check(page, "Total results", "results page")
+            first = me.first_result(page)
+            if first:
+                _, _, page = await get(stream, f"/s/{sid}/act?a={first}")
+                me.check(page, "Buy Now", "item page")
+                _, _, page = await get(stream, f"/s/{sid}/act?a={quote('click[buy now]')}")
+                me.check(page, "data-score", "purchase page")
+        except Exception as e:  # noqa: BLE001 - counted and reported
+            errors.append(f"shopper {i}: {type(e).__name__}: {e}")
+        finally:
+            if stream:
+                stream[1].close()
+
+    async def all_shoppers() -> None:
+        go = asyncio.Event()
+        tasks = [asyncio.create_task(shopper(i, go)) for i in range(shoppers)]
+        await asyncio.sleep(0)  # every shopper is waiting at the door
+        go.set()
+        await asyncio.gather(*tasks)
+
+    asyncio.run(all_shoppers())
+
+
+def load_test(shoppers: int = 200, former: bool = False, client: str = "asyncio") -> dict:
+    """``shoppers`` clients start at once, each: visit / (a new goal), search its request, open
+    the first result, buy (redirects followed). Every request's latency is recorded; every page is
+    checked to belong to its own session (goal text and query). ``former``: against the former
+    Flask development server instead of arlgym's (uvicorn); ``client``: 'asyncio' (default) or
+    'threads' (the first client, one thread a shopper)."""
     import socket
 
     with socket.socket() as s:
@@ -233,7 +379,7 @@ def load_test(shoppers: int = 200, threads: int = 8, former: bool = False) -> di
     cache = tempfile.mkdtemp(prefix="arlgym-bench-")
     command = ([sys.executable, "-c", _FORMER_SERVER, str(port)] if former else
                [sys.executable, "-m", "arlgym.cli", "webshop", "serve", "--port", str(port),
-                "--split", "train", "--threads", str(threads)])
+                "--split", "train"])
     server = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                               env={**os.environ, "ARLGYM_CACHE_DIR": cache, "OMP_NUM_THREADS": "1"})
     try:
@@ -246,69 +392,31 @@ def load_test(shoppers: int = 200, threads: int = 8, former: bool = False) -> di
         latencies: list[float] = []
         leaks: list[str] = []
         errors: list[str] = []
-        lock = threading.Lock()
-        barrier = threading.Barrier(shoppers)
 
-        def get(conn: http.client.HTTPConnection, path: str) -> tuple[int, str, str]:
-            t = time.perf_counter()
-            conn.request("GET", path)
-            r = conn.getresponse()
-            body = r.read().decode()
-            with lock:
-                latencies.append(time.perf_counter() - t)
-            location = r.getheader("Location") or ""
-            if r.status == 302 and path != "/":  # the former server redirects after an action
-                return get(conn, location)
-            return r.status, location, body
+        def server_cpu_s() -> float:  # the server's user + system CPU time, its children included
+            total = 0.0
+            pids = [server.pid] + [int(p) for p in open(f"/proc/{server.pid}/task/{server.pid}/children")
+                                   .read().split()]
+            for pid in pids:
+                try:
+                    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+                except FileNotFoundError:
+                    continue
+                total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+            return total
 
-        def shopper(i: int) -> None:
-            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-            try:
-                barrier.wait()
-                status, location, _ = get(conn, "/")
-                sid = location.rsplit("/", 1)[-1]
-                _, _, page = get(conn, location)
-                goal = re.search(r"Instruction: (.*?)</div>", page).group(1)
-                request = re.split(r" with |, and price", goal)[0]
-                from urllib.parse import quote
-
-                _, _, page = get(conn, f"/s/{sid}/search?q={quote(request)}")
-                if f"Instruction: {goal}</div>" not in page or "Total results" not in page:
-                    with lock:
-                        leaks.append(f"shopper {i}: results page is not its own")
-                first = re.search(r'data-click="(b0[0-9a-z]+)"', page)
-                if first:
-                    _, _, page = get(conn, f"/s/{sid}/act?a={quote(f'click[{first.group(1)}]')}")
-                    if f"Instruction: {goal}</div>" not in page or "Buy Now" not in page:
-                        with lock:
-                            leaks.append(f"shopper {i}: item page is not its own")
-                    _, _, page = get(conn, f"/s/{sid}/act?a={quote('click[buy now]')}")
-                    if "data-score" not in page or f"Instruction: {goal}</div>" not in page:
-                        with lock:
-                            leaks.append(f"shopper {i}: no score of its own purchase")
-            except Exception as e:  # noqa: BLE001 - counted and reported
-                with lock:
-                    errors.append(f"shopper {i}: {type(e).__name__}: {e}")
-            finally:
-                conn.close()
-
-        def cpu_s() -> float:  # the server process's user + system CPU time
-            fields = open(f"/proc/{server.pid}/stat").read().rsplit(")", 1)[1].split()
-            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-        workers = [threading.Thread(target=shopper, args=(i,)) for i in range(shoppers)]
-        cpu0 = cpu_s()
+        run = {"asyncio": _asyncio_client, "threads": _threads_client}[client]
+        cpu0, own0 = server_cpu_s(), time.process_time()
         t = time.perf_counter()
-        for w in workers:
-            w.start()
-        for w in workers:
-            w.join()
+        run(port, shoppers, latencies, leaks, errors)
         total = time.perf_counter() - t
-        server_cpu = cpu_s() - cpu0
-        return {"server": "former Flask dev server" if former else "waitress",
-                "shoppers": shoppers, "server_threads": threads, "requests": len(latencies),
+        server_cpu, client_cpu = server_cpu_s() - cpu0, time.process_time() - own0
+        n = max(1, len(latencies))
+        return {"server": "former Flask dev server" if former else "uvicorn",
+                "client": client, "shoppers": shoppers, "requests": len(latencies),
                 "request": _pct(latencies), "wall_s": round(total, 2),
-                "server_cpu_ms_per_request": round(1000 * server_cpu / max(1, len(latencies)), 3),
+                "server_cpu_ms_per_request": round(1000 * server_cpu / n, 3),
+                "client_cpu_ms_per_request": round(1000 * client_cpu / n, 3),
                 "cross_session_leaks": len(leaks),
                 "errors": len(errors), "first_errors": errors[:3]}
     finally:
@@ -325,7 +433,11 @@ def main() -> None:
                         help="also load WebShop-format product files of these sizes (written from the "
                              "synthetic catalog): the streamed, on-disk official path")
     parser.add_argument("--shoppers", type=int, default=200)
-    parser.add_argument("--threads", type=int, default=8, help="server threads in the load test")
+    parser.add_argument("--no-former", action="store_true", help="do not measure the former Flask server")
+    parser.add_argument("--repeat", type=int, default=1, help="load tests per server and client (each a "
+                        "fresh server; the p99 of each run is printed)")
+    parser.add_argument("--client", choices=["asyncio", "threads", "both"], default="asyncio",
+                        help="load client: one event loop (default), one thread a shopper, or both")
     parser.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -353,13 +465,21 @@ def main() -> None:
                **{k: v for k, v in cached.items() if k not in ("n", "mode")}}
         print(json.dumps(row), flush=True)
     if not args.no_load:
-        print(json.dumps({"load": load_test(args.shoppers, args.threads)}), flush=True)
+        clients = ["asyncio", "threads"] if args.client == "both" else [args.client]
+        servers = [False]
         try:
             import flask  # noqa: F401
+            servers += [] if args.no_former else [True]
         except ImportError:
             print("# the former Flask server is not measured: Flask is not installed")
-        else:
-            print(json.dumps({"load": load_test(args.shoppers, args.threads, former=True)}), flush=True)
+        for former in servers:
+            for client in clients:
+                runs = [load_test(args.shoppers, former=former, client=client) for _ in range(args.repeat)]
+                for run in runs:
+                    print(json.dumps({"load": run}), flush=True)
+                p99 = sorted(run["request"]["p99_ms"] for run in runs)
+                print(f"# {runs[0]['server']}, {client} client: p99 of {len(runs)} runs (ms) {p99}, "
+                      f"median {float(np.median(p99)):.0f}", flush=True)
     print(f"# load average at the end={os.getloadavg()[0]:.2f}")
 
 

@@ -1,6 +1,6 @@
 """``arl/WebShopBrowser-v0``: WebShop played through a real headless Chromium.
 
-The site is served by the process's loopback waitress server
+The site is served by the process's loopback uvicorn server
 (:mod:`~arlgym.envs.webshop.server`); each env drives its own Chromium through Selenium: a
 ``search[q]`` types ``q`` into the search box and presses the button, a ``click[x]`` clicks the
 link whose ``data-click`` is ``x``. The page text, the admissible actions and the outcome are

@@ -17,11 +17,11 @@ def _serve(args: argparse.Namespace) -> int:
     catalog, index = load_shop(args.data_dir, args.num_products, args.catalog_seed, args.goal_source)
     low, high = split_range(args.split, len(catalog.goals))
     rng = np.random.default_rng(args.seed)
-    server = ShopServer(host=args.host, port=args.port, threads=args.threads,
-                        max_sessions=args.max_sessions, ttl=args.ttl)
+    server = ShopServer(host=args.host, port=args.port, max_sessions=args.max_sessions, ttl=args.ttl)
     server.new_session_factory = lambda: ShopSession(catalog, index, catalog.goals[int(rng.integers(low, high))])
+    server.warm_up()
     print(f"WebShop: {len(catalog.products)} products, {high - low} {args.split} goals. "
-          f"Open {server.url}/ (each visit: a new goal; waitress, {args.threads} threads; a session "
+          f"Open {server.url}/ (each visit: a new goal; a session "
           f"unused for {args.ttl:g} s is forgotten). Ctrl-C stops.")
     try:
         server.serve_forever()
@@ -47,7 +47,6 @@ def add_subparser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentPa
     serve.add_argument("--goal-source", default="synthetic", choices=("synthetic", "human"),
                        help="WebShop's synthetic goals or its human-written ones (needs --data-dir)")
     serve.add_argument("--seed", type=int, default=0, help="goal draw seed (default: 0)")
-    serve.add_argument("--threads", type=int, default=8, help="waitress worker threads (default: 8)")
     serve.add_argument("--max-sessions", type=int, default=10_000,
                        help="sessions held at most; the least recently used go first (default: 10000)")
     serve.add_argument("--ttl", type=float, default=3600.0,

@@ -1,5 +1,5 @@
-"""The WebShop site over HTTP: a small WSGI app, served by waitress (a production WSGI server, one
-per process, on loopback), that renders each shopper's
+"""The WebShop site over HTTP: a small ASGI app, served by uvicorn (a production server: httptools'
+C parser on asyncio's event loop; one per process, on loopback), that renders each shopper's
 :class:`~arlgym.envs.webshop.engine.ShopSession` as HTML and applies the clicks and searches a
 browser sends.
 
@@ -15,6 +15,18 @@ from an older page, e.g. a reload, is not applied twice). Sessions are forgotten
 ``max_sessions`` are held (least recently used first), so memory stays flat however many
 shoppers come; a forgotten session's pages answer 410. Sessions an env registers with
 ``pinned=True`` stay until the env forgets them.
+
+Why uvicorn and not waitress (the server before): every page is rendered in ~0.1 ms, so the
+server's own cost per request decides how a crowd is served. Measured with 200 shoppers arriving
+at once on 2 cores (``bench/bench_webshop.py --load-only``), waitress spent ~0.5 ms of CPU a
+request in its Python event loop, which walks every open connection at each wake-up; under the
+burst it stalled now and then (one run in four: p99 3.9 s; with fewer than 8 threads 8–31 ms of
+CPU a request). uvicorn (httptools' parser) costs ~0.25 ms a request and serves the same burst 2×
+faster (docs/webshop.md). Its loop is asyncio's own, not uvloop: under uvloop some runs accepted
+the burst's connections late (the server saw first requests spread over 200 ms while the clients
+had all connected within 17 ms: p99 213–271 ms in 2 runs of 6), under asyncio every run took them
+at once (p99 113–133 ms in 6 of 6). Pages render in the event loop's thread, one at a time:
+rendering is short, and it keeps every session's actions in order without more locks.
 """
 
 from __future__ import annotations
@@ -22,6 +34,7 @@ from __future__ import annotations
 import html
 import os
 import secrets
+import socket
 import threading
 import time
 from collections import OrderedDict
@@ -30,7 +43,7 @@ from typing import Any
 from urllib.parse import parse_qs, quote
 
 from arlgym.envs.webshop.engine import BACK, BUY, PREV, SEP, TABS, ShopSession
-from arlgym.errors import MissingDependency
+from arlgym.errors import ConfigError, MissingDependency
 
 __all__ = ["ShopServer", "shared_server", "render_page"]
 
@@ -83,33 +96,50 @@ class _Entry:
 
 
 class ShopServer:
-    """The site on ``host:port`` (port 0: a free one), served by waitress with ``threads``
-    worker threads; see the module docstring for routes and session expiry."""
+    """The site on ``host:port`` (port 0: a free one), served by uvicorn; see the module
+    docstring for routes and session expiry. ``start()`` serves from a background thread (the
+    envs), ``serve_forever()`` from the calling one (``arlgym webshop serve``)."""
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0, threads: int = 8,
-                 max_sessions: int = 10_000, ttl: float = 3600.0) -> None:
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, max_sessions: int = 10_000,
+                 ttl: float = 3600.0, backlog: int = 2048) -> None:
         try:
-            from waitress.server import create_server
+            import uvicorn
         except ImportError as e:
-            raise MissingDependency("the WebShop site needs waitress: pip install 'arlgym[webshop]'") from e
+            raise MissingDependency("the WebShop site needs uvicorn: pip install 'arlgym[webshop]'") from e
         self.max_sessions, self.ttl = int(max_sessions), float(ttl)
         self._sessions: OrderedDict[str, _Entry] = OrderedDict()
         self._lock = threading.Lock()
         self.new_session_factory: Callable[[], ShopSession] | None = None  # `arlgym webshop serve`
         self.expired = 0
-        self._server = create_server(self.app, host=host, port=port, threads=threads,
-                                     connection_limit=1000, channel_timeout=60, backlog=1024,
-                                     ident="arlgym-webshop", expose_tracebacks=False)
-        self.host, self.port = host, int(self._server.effective_port)
-        self._closing = False
+        # bound here, not by uvicorn: the port (0: a free one) is known before serving starts
+        self._socket = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+        self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            self._socket.bind((host, port))
+        except OSError as e:
+            self._socket.close()
+            raise ConfigError(f"port={port}: cannot serve the WebShop site on {host}:{port}: "
+                              f"{e.strerror}. Fix: choose another --port (0: any free one)") from None
+        self._socket.listen(backlog)
+        self.host, self.port = host, int(self._socket.getsockname()[1])
+        self._server = uvicorn.Server(uvicorn.Config(
+            self.asgi, interface="asgi3", lifespan="off", loop="asyncio", log_level="warning",
+            access_log=False, backlog=backlog,
+            server_header=False, date_header=False, headers=[("Server", "arlgym-webshop")],
+            timeout_keep_alive=60, timeout_graceful_shutdown=2))
         self._thread = threading.Thread(target=self._run, name="arlgym-webshop", daemon=True)
 
-    # ------------------------------------------------------------------ WSGI
-    def app(self, environ: dict[str, Any], start_response: Callable) -> Iterable[bytes]:
-        status, headers, body = self.handle(environ.get("REQUEST_METHOD", "GET"),
-                                            environ.get("PATH_INFO", "/"), environ.get("QUERY_STRING", ""))
-        start_response(status, headers)
-        return [body]
+    # ------------------------------------------------------------------ ASGI
+    async def asgi(self, scope: dict[str, Any], receive: Callable, send: Callable) -> None:
+        """The ASGI app: one request, answered from :meth:`handle` (no body is read: GET only)."""
+        if scope["type"] != "http":
+            return
+        status, headers, body = self.handle(scope["method"], scope["path"],
+                                            scope["query_string"].decode("latin-1"))
+        await send({"type": "http.response.start", "status": int(status[:3]),
+                    "headers": [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers]
+                    + [(b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": b"" if scope["method"] == "HEAD" else body})
 
     def handle(self, method: str, path: str, query: str = "") -> tuple[str, list[tuple[str, str]], bytes]:
         """One request: (status, headers, body). Also what tests call without a socket."""
@@ -189,6 +219,19 @@ class ShopServer:
             del self._sessions[sid]
         self.expired += len(dead)
 
+    def warm_up(self, query: str = "red shoes") -> None:
+        """Serve one visit (a new session, a search, a page) inside the process, then forget it.
+
+        The first visit of a fresh process pays one-off costs (the index's memory-mapped pages,
+        lazily built tables); paid here, before the site opens, the first crowd does not wait
+        for them. Needs ``new_session_factory``."""
+        if self.new_session_factory is None:
+            return
+        _, headers, _ = self.handle("GET", "/")
+        sid = dict(headers)["Location"].rsplit("/", 1)[-1]
+        self.handle("GET", f"/s/{sid}/search", "q=" + quote(query))
+        self.forget(sid)
+
     def forget(self, sid: str) -> None:
         with self._lock:
             self._sessions.pop(sid, None)
@@ -202,25 +245,23 @@ class ShopServer:
         return f"http://{self.host}:{self.port}"
 
     def start(self) -> ShopServer:
-        if not self._thread.is_alive():
+        if not self._thread.is_alive() and not self._server.should_exit:
             self._thread.start()
         return self
 
     def _run(self) -> None:
-        try:
-            self._server.run()
-        except (OSError, ValueError):  # the socket closed under the loop by shutdown()
-            if not self._closing:
-                raise
+        self._server.run(sockets=[self._socket])
 
     def serve_forever(self) -> None:
-        """Serve in the calling thread (``arlgym webshop serve``)."""
+        """Serve in the calling thread (``arlgym webshop serve``; Ctrl-C stops it)."""
         self._run()
 
     def shutdown(self) -> None:
-        self._closing = True
-        self._server.close()
-        self._server.task_dispatcher.shutdown()
+        """Stop serving (open connections are closed) and free the port."""
+        self._server.should_exit = True
+        if self._thread.is_alive():
+            self._thread.join(10)
+        self._socket.close()
 
 
 def _reply(status: str, text: str) -> tuple[str, list[tuple[str, str]], bytes]:

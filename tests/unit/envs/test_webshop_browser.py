@@ -1,4 +1,4 @@
-"""The WebShop site over HTTP (waitress on loopback) and through headless Chromium: the browser
+"""The WebShop site over HTTP (uvicorn on loopback) and through headless Chromium: the browser
 env reads exactly the text env's pages off the DOM, every purchase is scored by the site, and
 sessions expire so the server's memory stays flat."""
 
@@ -10,6 +10,7 @@ import arlgym  # noqa: F401
 from arlgym.envs.webshop.engine import ShopSession
 from arlgym.envs.webshop.env import REWARD_WIN, load_shop
 from arlgym.envs.webshop.server import ShopServer
+from arlgym.errors import ConfigError
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -53,14 +54,59 @@ def test_pages_carry_the_text_and_clickables_of_the_engine(server):
     assert _get(server, "/")[0] == 404  # no goal factory: not a public shop
 
 
-def test_served_over_http_by_waitress(server):
+def test_served_over_http_by_uvicorn(server):
     import urllib.request
 
     sid = server.register(_session())
     with urllib.request.urlopen(f"{server.url}/s/{sid}/search?q=wool+socks", timeout=10) as response:
         page = response.read().decode()
         assert response.status == 200 and response.headers["Server"] == "arlgym-webshop"
+        assert int(response.headers["Content-Length"]) == len(page.encode())
     assert "Page 1 (Total results: " in page
+    head = urllib.request.Request(f"{server.url}/s/{sid}", method="HEAD")
+    with urllib.request.urlopen(head, timeout=10) as response:
+        assert response.status == 200 and response.read() == b""
+    post = urllib.request.Request(f"{server.url}/s/{sid}", data=b"x", method="POST")
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(post, timeout=10)
+    assert e.value.code == 405
+
+
+def test_shutdown_frees_the_port_and_a_taken_port_names_the_fix():
+    import socket
+
+    first = ShopServer().start()
+    port = first.port
+    with pytest.raises(ConfigError, match=f"port={port}: .*127.0.0.1:{port}.*Fix: choose another --port"):
+        ShopServer(port=port)
+    first.shutdown()
+    assert not first._thread.is_alive()
+    with socket.create_server(("127.0.0.1", port)):  # the port is free again
+        pass
+    again = ShopServer(port=port).start()  # and a new site can serve on it
+    import urllib.request
+
+    sid = again.register(_session())
+    with urllib.request.urlopen(f"{again.url}/s/{sid}", timeout=10) as response:
+        assert response.status == 200
+    again.shutdown()
+
+
+def test_warm_up_serves_one_visit_and_keeps_no_session():
+    srv = ShopServer()  # not started: warm_up goes through handle()
+    made = []
+
+    def factory():
+        made.append(_session(5))
+        return made[-1]
+
+    srv.warm_up()  # no factory: nothing to warm
+    assert made == []
+    srv.new_session_factory = factory
+    srv.warm_up("wool socks")
+    assert len(made) == 1 and made[0].page == "results" and made[0].query == "wool socks"
+    assert len(srv) == 0
+    srv.shutdown()
 
 
 def test_serve_mode_gives_each_visitor_a_new_goal(server):

@@ -558,6 +558,17 @@ def _no_stdin(tmp: Path) -> Any:
 
 
 case("cli-arlgym-human-no-stdin", _no_stdin, "standard input", cli="arlgym")
+
+
+def _serve_on_a_taken_port(tmp: Path) -> Any:
+    import socket
+
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = str(taken.getsockname()[1])
+        return _main(ARL, ["webshop", "serve", "--port", port, "--num-products", "50"])(tmp)
+
+
+case("cli-arlgym-webshop-serve-port-taken", _serve_on_a_taken_port, "port=", "--port", cli="arlgym")
 case("cli-arlgym-patterns-not-utf8",
      lambda tmp: _main(ARL, ["patterns", str(write(tmp, "b.jsonl", b"\xff\xfe\x00"))])(tmp),
      "b.jsonl", cli="arlgym")
