@@ -1,19 +1,24 @@
-"""One RL probe: a weak behaviour-cloned start → a trainer run → greedy test eval, paired.
+"""One RL probe: a weak behaviour-cloned start → a trainer run → greedy (and sampled) test evals, paired.
 
 The probes behind the quickstart's RL recipe (README, "Why a weak start, and why these batches"): the same
 start as ``experiments/arena_cpu.py`` (2,000 expert rooms, ``--sft-steps`` SFT steps, cached in
-``<out>/start<N>/``), then ``python -m arlgym.rl`` with any trainer flags, then a greedy eval of
-``final/`` on the same ``--test`` held-out rooms as the start; prints and writes ``probe.json``
-with the paired effect (rooms gained/lost, SE, z) and the per-step rollout success.
+``<out>/start<N>/``) or a quickstart's own (``--start runs/quickstart``: its ``sft/``), then the
+trainer with any trainer flags, then a greedy eval of the model on the same ``--test`` held-out
+rooms as the start — at the end, or at each of ``--eval-at`` steps — and with ``--sampled K`` also
+K episodes a room at T = 1 (the policy RL optimises; ``arlgym.quickstart.sampled_eval``). Prints
+and writes ``probe.json`` with each paired effect (rooms gained/lost, SE, z) and the per-step
+rollout success.
 
-    python experiments/rl_probe.py --name big_batch --algo sampo --lr 2e-4 --num_tasks 16 \\
+    python experiments/rl_probe.py --name big_batch --algo sampo --lr 2e-4 --num_tasks 16 \
         --group_size 8 --mini_batch_size 256 --max_steps 8 --cold_start_steps 2
-    python experiments/rl_probe.py --name small_batch --algo sampo --lr 5e-4 --num_tasks 8 \\
-        --group_size 4 --mini_batch_size 64 --max_steps 24 --cold_start_steps 2
+    python experiments/rl_probe.py --start runs/quickstart --name long --sampled 2 \
+        --eval-at 6 12 20 30 --algo sampo --lr 2e-4 --num_tasks 16 --group_size 8 \
+        --mini_batch_size 256 --cold_start_steps 100
 
 Unknown flags go to the trainer (``python trainers/sampo.py --help``); the probe fixes
-``--model`` (the start), ``--output_dir`` (``<out>/<name>``), ``--max_new_tokens 24`` and
-``--log_with none``, and runs one torch thread unless ``--torch_threads`` says otherwise.
+``--model`` (the start), ``--output_dir`` (``<out>/<name>``), ``--max_new_tokens 24``,
+``--log_with none`` and, with ``--eval-at``, ``--max_steps`` (the last of them), and runs one
+torch thread unless ``--torch_threads`` says otherwise.
 """
 
 from __future__ import annotations
@@ -30,43 +35,82 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--name", required=True, help="the run's folder under --out")
     ap.add_argument("--out", default="runs/rl_probe")
+    ap.add_argument("--start", default=None,
+                    help="a quickstart's output folder: start from its sft/ (default: build a start)")
     ap.add_argument("--sft-steps", type=int, default=250, help="SFT steps of the start (250: ~14%%)")
     ap.add_argument("--demos", type=int, default=2000)
     ap.add_argument("--test", type=int, default=200, help="held-out rooms, before and after")
+    ap.add_argument("--sampled", type=int, default=0, metavar="K",
+                    help="also K episodes a room at T = 1, before and after (0: greedy only)")
+    ap.add_argument("--eval-at", type=int, nargs="+", default=None, metavar="STEP",
+                    help="evaluate at these steps (default: once, after the run)")
     args, trainer_flags = ap.parse_known_args(argv)
 
     import torch
 
     torch.set_num_threads(1)
-    from arlgym.quickstart import greedy_eval, paired_difference
+    from arlgym.quickstart import greedy_eval, paired_difference, sampled_eval
     from arlgym.rl.cli import parse_train_config
     from arlgym.rl.trainer import Trainer
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from arena_cpu import weak_start  # the arena's start, built the same way
-
     out = Path(args.out)
-    start_dir = out / f"start{args.sft_steps}"
-    start_dir.mkdir(parents=True, exist_ok=True)
-    sft_dir, _ = weak_start(start_dir, args.demos, args.sft_steps, 0, args.test)
-    before, won_before = greedy_eval(f"hf:{sft_dir}", args.test, start_dir / "eval_start.jsonl")
+    if args.start:
+        start_dir = Path(args.start)
+        sft_dir = start_dir / "sft"
+    else:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from arena_cpu import weak_start  # the arena's start, built the same way
+
+        start_dir = out / f"start{args.sft_steps}"
+        start_dir.mkdir(parents=True, exist_ok=True)
+        sft_dir, _ = weak_start(start_dir, args.demos, args.sft_steps, 0, args.test)
+    # the quickstart's own eval file when there is one: the start is not evaluated twice
+    greedy_file = start_dir / ("eval_sft.jsonl" if args.start else "eval_start.jsonl")
+    before = {"greedy": greedy_eval(f"hf:{sft_dir}", args.test, greedy_file)}
+    if args.sampled:
+        before["sampled"] = sampled_eval(f"hf:{sft_dir}", args.test, args.sampled,
+                                         start_dir / f"eval_start_sampled{args.sampled}.jsonl")
     run = out / args.name
+    steps = ["--max_steps", str(max(args.eval_at))] if args.eval_at else []
     cfg = parse_train_config(["--model", str(sft_dir), "--output_dir", str(run), "--log_with", "none",
-                              "--torch_threads", "1", "--max_new_tokens", "24", *trainer_flags])
+                              "--torch_threads", "1", "--max_new_tokens", "24", *trainer_flags, *steps])
+    trainer = Trainer(cfg)
+    evals: list[dict[str, Any]] = []
+
+    def evaluate(model_dir: Path, step: int) -> None:
+        row: dict[str, Any] = {"step": step}
+        for kind, (summary, per_room) in before.items():
+            if kind == "greedy":
+                after, after_rooms = greedy_eval(f"hf:{model_dir}", args.test, model_dir / "eval_greedy.jsonl")
+            else:
+                after, after_rooms = sampled_eval(f"hf:{model_dir}", args.test, args.sampled,
+                                                  model_dir / "eval_sampled.jsonl")
+            row[kind] = {"start": summary["success_rate"], "after": after["success_rate"],
+                         "effect": paired_difference(per_room, after_rooms)}
+            e = row[kind]["effect"]
+            print(f"{args.name} step {step}: {kind} {summary['success_rate']:.1%} -> "
+                  f"{after['success_rate']:.1%} on {args.test} rooms, {e['difference']:+.1%} ± "
+                  f"{e['se']:.1%} (z = {e['z']:+.1f}, {e['gained']} gained / {e['lost']} lost)", flush=True)
+        evals.append(row)
+
     t = time.perf_counter()
-    log = Trainer(cfg).train()
+    if args.eval_at:  # step by step, a model saved and evaluated at each chosen step
+        log = []
+        while trainer.step < max(args.eval_at):
+            log.append(trainer.train_step())
+            if trainer.step in args.eval_at:
+                trainer.save_model(run / f"step-{trainer.step}")
+                evaluate(run / f"step-{trainer.step}", trainer.step)
+        trainer.collector.close()
+    else:
+        log = trainer.train()
+        evaluate(run / "final", trainer.step)
     minutes = (time.perf_counter() - t) / 60
-    after, won_after = greedy_eval(f"hf:{run / 'final'}", args.test, run / "eval_final.jsonl")
-    result = {"name": args.name, "trainer_flags": trainer_flags, "sft_steps": args.sft_steps,
-              "start": before["success_rate"], "final": after["success_rate"],
-              "effect": paired_difference(won_before, won_after), "rl_minutes": minutes,
+    result = {"name": args.name, "trainer_flags": trainer_flags, "start_dir": str(start_dir),
+              "evals": evals, "minutes": minutes,
               "rollout_success": [round(h["env/success_rate"], 3) for h in log],
               "step_s": [round(h.get("time/step_s", 0.0), 1) for h in log]}
     (run / "probe.json").write_text(json.dumps(result, indent=1))
-    e = result["effect"]
-    print(f"{args.name}: greedy {before['success_rate']:.1%} -> {after['success_rate']:.1%} on "
-          f"{args.test} rooms, {e['difference']:+.1%} ± {e['se']:.1%} (z = {e['z']:+.1f}, "
-          f"{e['gained']} gained / {e['lost']} lost); RL {minutes:.1f} min")
     return result
 
 

@@ -726,11 +726,11 @@ class Trainer:
         path = self.out / "final"
         self.accelerator.wait_for_everyone()
         if self.accelerator.is_main_process:
-            self._save_model(path)
+            self.save_model(path)
         self.accelerator.wait_for_everyone()
         return path
 
-    def _save_model(self, path: Path) -> None:
+    def save_model(self, path: Path) -> None:
         """An HF model directory that loads with ``hf:<dir>`` (main process only)."""
         model = self.accelerator.unwrap_model(self.model)
         if self.lora:  # the merged model, plus the adapter alone
@@ -754,7 +754,7 @@ class Trainer:
             return
         tmp = self.out / "best.tmp"
         shutil.rmtree(tmp, ignore_errors=True)
-        self._save_model(tmp)
+        self.save_model(tmp)
         (tmp / "best.json").write_text(json.dumps(
             {"step": self.step, "eval/success_rate": score, "eval_split": self.cfg.eval_split,
              "eval_episodes": self.cfg.eval_episodes}))

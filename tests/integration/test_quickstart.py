@@ -49,6 +49,29 @@ def test_paired_difference_by_hand():
         paired_difference([True], [True])
 
 
+def test_sampled_eval_pairs_rates_per_room_with_greedy_rooms(tmp_path):
+    """sampled_eval plays K episodes a room at T = 1 and returns one success rate a room, in the
+    greedy eval's room order, so paired_difference pairs the same rooms; the episode file
+    resumes (a second call plays nothing and returns the same)."""
+    from arlgym.policies import make_policy
+    from arlgym.quickstart import greedy_eval, paired_difference, sampled_eval
+
+    summary, rates = sampled_eval(make_policy("random", seed=0), 6, 4, tmp_path / "s.jsonl")
+    rows = [json.loads(line) for line in (tmp_path / "s.jsonl").read_text().splitlines()]
+    assert len(rows) == 24 and summary["episodes"] == 24
+    rooms = list(dict.fromkeys(r["task_id"] for r in rows))
+    assert len(rates) == 6 and all(r in (0.0, 0.25, 0.5, 0.75, 1.0) for r in rates)
+    for room, rate in zip(rooms, rates, strict=True):
+        won = [r["summary"]["won"] for r in rows if r["task_id"] == room]
+        assert len(won) == 4 and rate == sum(won) / 4
+    assert abs(summary["success_rate"] - sum(rates) / 6) < 1e-12
+    _, greedy = greedy_eval(make_policy("random", seed=0), 6, tmp_path / "g.jsonl")
+    greedy_rooms = [json.loads(line)["task_id"] for line in (tmp_path / "g.jsonl").read_text().splitlines()]
+    assert greedy_rooms == rooms                          # the same rooms, in the same order
+    assert paired_difference(greedy, rates)["rooms"] == 6
+    assert sampled_eval(make_policy("random", seed=1), 6, 4, tmp_path / "s.jsonl")[1] == rates
+
+
 def test_choose_threads():
     from arlgym.quickstart import choose_threads
 
