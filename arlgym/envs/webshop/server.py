@@ -123,7 +123,8 @@ class ShopServer:
         self._socket.listen(backlog)
         self.host, self.port = host, int(self._socket.getsockname()[1])
         self._server = uvicorn.Server(uvicorn.Config(
-            self.asgi, interface="asgi3", lifespan="off", loop="asyncio", log_level="warning",
+            self.asgi, interface="asgi3", lifespan="off", loop="asyncio", log_config=None,
+            log_level="warning",
             access_log=False, backlog=backlog,
             server_header=False, date_header=False, headers=[("Server", "arlgym-webshop")],
             timeout_keep_alive=60, timeout_graceful_shutdown=2))
