@@ -153,8 +153,8 @@ def sampled_eval(policy_spec_or_obj: Any, episodes: int, samples: int, out: Path
     Returns (overall summary, success rate per room, in the order of :func:`greedy_eval`).
 
     Why beside the greedy eval: a weak start's greedy policy fails by looping (one state, one
-    argmax, the same bump into a wall until the step limit: 174 of 200 greedy failures of the
-    quickstart's seed-1 start), which sampling escapes — at T = 1 the same start wins ~29%,
+    argmax, the same bump into a wall until the step limit: all 174 greedy failures of the
+    quickstart's seed-1 start on 200 rooms), which sampling escapes — at T = 1 the same start wins ~29%,
     greedily ~13%. RL moves the sampled policy; the greedy one follows only where an argmax flips."""
     from arlgym.evaluation.runner import evaluate
     from arlgym.policies import SamplingParams, make_policy
