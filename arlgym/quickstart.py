@@ -134,16 +134,25 @@ def paired_difference(before: list[float], after: list[float]) -> dict[str, floa
             "rooms": n, "gained": sum(x > 0 for x in d), "lost": sum(x < 0 for x in d)}
 
 
-def greedy_eval(policy_spec_or_obj: Any, episodes: int, out: Path) -> tuple[dict[str, Any], list[bool]]:
-    """Greedy eval on the first ``episodes`` test rooms: (overall summary, won per room)."""
+def _test_rooms_eval(policy_spec_or_obj: Any, episodes: int, out: Path, temperature: float,
+                     samples: int = 1, seed: int | None = None) -> tuple[dict[str, Any], list]:
+    """Eval on the first ``episodes`` Sokoban test rooms, ``samples`` episodes a room:
+    (overall summary, trajectories task by task in the eval list's order)."""
     from arlgym.evaluation.runner import evaluate
     from arlgym.policies import SamplingParams, make_policy
 
     policy = make_policy(policy_spec_or_obj) if isinstance(policy_spec_or_obj, str) else policy_spec_or_obj
     summary, trajs = evaluate("arl/Sokoban-v0", policy, episodes=episodes, split="test", out=out,
-                              batch_size=64, sampling=SamplingParams(temperature=0.0, max_new_tokens=24),
+                              batch_size=64, samples_per_task=samples,
+                              sampling=SamplingParams(temperature=temperature, max_new_tokens=24, seed=seed),
                               progress=True)
-    return summary["overall"], [t.won for t in trajs]
+    return summary["overall"], trajs
+
+
+def greedy_eval(policy_spec_or_obj: Any, episodes: int, out: Path) -> tuple[dict[str, Any], list[bool]]:
+    """Greedy eval on the first ``episodes`` test rooms: (overall summary, won per room)."""
+    summary, trajs = _test_rooms_eval(policy_spec_or_obj, episodes, out, temperature=0.0)
+    return summary, [t.won for t in trajs]
 
 
 def sampled_eval(policy_spec_or_obj: Any, episodes: int, samples: int, out: Path,
@@ -156,18 +165,12 @@ def sampled_eval(policy_spec_or_obj: Any, episodes: int, samples: int, out: Path
     argmax, the same bump into a wall until the step limit: all 174 greedy failures of the
     quickstart's seed-1 start on 200 rooms), which sampling escapes — at T = 1 the same start wins ~29%,
     greedily ~13%. RL moves the sampled policy; the greedy one follows only where an argmax flips."""
-    from arlgym.evaluation.runner import evaluate
-    from arlgym.policies import SamplingParams, make_policy
-
-    policy = make_policy(policy_spec_or_obj) if isinstance(policy_spec_or_obj, str) else policy_spec_or_obj
-    summary, trajs = evaluate("arl/Sokoban-v0", policy, episodes=episodes, split="test", out=out,
-                              batch_size=64, samples_per_task=samples,
-                              sampling=SamplingParams(temperature=1.0, max_new_tokens=24, seed=seed),
-                              progress=True)
+    summary, trajs = _test_rooms_eval(policy_spec_or_obj, episodes, out, temperature=1.0,
+                                      samples=samples, seed=seed)
     rooms: dict[str, list[float]] = {}
-    for t in trajs:  # trajectories come task by task, in the eval list's order
+    for t in trajs:
         rooms.setdefault(t.task_id, []).append(float(t.won))
-    return summary["overall"], [sum(v) / len(v) for v in rooms.values()]
+    return summary, [sum(v) / len(v) for v in rooms.values()]
 
 
 def _plot(sft_log: list[dict], rl_log: list[dict], path: Path) -> None:

@@ -9,10 +9,10 @@ K episodes a room at T = 1 (the policy RL optimises; ``arlgym.quickstart.sampled
 and writes ``probe.json`` with each paired effect (rooms gained/lost, SE, z) and the per-step
 rollout success.
 
-    python experiments/rl_probe.py --name big_batch --algo sampo --lr 2e-4 --num_tasks 16 \
+    python experiments/rl_probe.py --name big_batch --algo sampo --lr 2e-4 --num_tasks 16 \\
         --group_size 8 --mini_batch_size 256 --max_steps 8 --cold_start_steps 2
-    python experiments/rl_probe.py --start runs/quickstart --name long --sampled 2 \
-        --eval-at 6 12 20 30 --algo sampo --lr 2e-4 --num_tasks 16 --group_size 8 \
+    python experiments/rl_probe.py --start runs/quickstart --name long --sampled 2 \\
+        --eval-at 6 12 20 30 --algo sampo --lr 2e-4 --num_tasks 16 --group_size 8 \\
         --mini_batch_size 256 --cold_start_steps 100
 
 Unknown flags go to the trainer (``python trainers/sampo.py --help``); the probe fixes
@@ -77,14 +77,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     trainer = Trainer(cfg)
     evals: list[dict[str, Any]] = []
 
+    evaluators = {"greedy": lambda d: greedy_eval(f"hf:{d}", args.test, d / "eval_greedy.jsonl"),
+                  "sampled": lambda d: sampled_eval(f"hf:{d}", args.test, args.sampled, d / "eval_sampled.jsonl")}
+
     def evaluate(model_dir: Path, step: int) -> None:
         row: dict[str, Any] = {"step": step}
         for kind, (summary, per_room) in before.items():
-            if kind == "greedy":
-                after, after_rooms = greedy_eval(f"hf:{model_dir}", args.test, model_dir / "eval_greedy.jsonl")
-            else:
-                after, after_rooms = sampled_eval(f"hf:{model_dir}", args.test, args.sampled,
-                                                  model_dir / "eval_sampled.jsonl")
+            after, after_rooms = evaluators[kind](model_dir)
             row[kind] = {"start": summary["success_rate"], "after": after["success_rate"],
                          "effect": paired_difference(per_room, after_rooms)}
             e = row[kind]["effect"]
