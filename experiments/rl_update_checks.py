@@ -80,10 +80,16 @@ def one_update(trainer: Any) -> dict[str, float]:
     zero = ~pos & ~neg
     result = {"samples": len(a), "corr": float(np.corrcoef(a, d)[0, 1]),
               "dlogp_pos": float(d[pos].mean()), "dlogp_neg": float(d[neg].mean()),
-              "dlogp_zero": float(d[zero].mean()) if zero.any() else float("nan"), "kl": metrics.get("kl", 0.0)}
+              "dlogp_zero": float(d[zero].mean()) if zero.any() else float("nan"), "kl": metrics.get("kl", 0.0),
+              # the batch's balance: turn samples share their trajectory's advantage, so a group's
+              # zero-sum advantages are not zero-sum over turns (failures play more turns)
+              "share_pos": float(pos.mean()), "share_neg": float(neg.mean()), "share_zero": float(zero.mean()),
+              "adv_mean": float(a.mean()), "adv_pos_sum": float(a[pos].sum()), "adv_neg_sum": float(a[neg].sum())}
     print(f"one update, {len(a)} turn samples: corr(advantage, Δ log-prob) {result['corr']:+.3f}; "
           f"mean Δ log-prob: advantage > 0 {result['dlogp_pos']:+.3f}, < 0 {result['dlogp_neg']:+.3f}, "
-          f"= 0 {result['dlogp_zero']:+.3f} nats", flush=True)
+          f"= 0 {result['dlogp_zero']:+.3f} nats; samples > 0 / < 0 / = 0: {result['share_pos']:.0%} / "
+          f"{result['share_neg']:.0%} / {result['share_zero']:.0%}, advantage sum > 0 "
+          f"{result['adv_pos_sum']:+.1f}, < 0 {result['adv_neg_sum']:+.1f}", flush=True)
     return result
 
 
