@@ -3,15 +3,26 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 
-@pytest.mark.slow
-def test_quickstart_fast(tmp_path):
-    out = tmp_path / "qs"
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def fast_quickstart(tmp_path_factory):
+    """One `arlgym quickstart --fast` run shared by the tests below (it costs ~1-2 min)."""
+    out = tmp_path_factory.mktemp("quickstart") / "qs"
     proc = subprocess.run([sys.executable, "-m", "arlgym.cli", "quickstart", "--fast", "--out", str(out)],
                           capture_output=True, text=True, timeout=1200)
+    return out, proc
+
+
+@pytest.mark.slow
+def test_quickstart_fast(fast_quickstart):
+    out, proc = fast_quickstart
     assert proc.returncode == 0, proc.stderr[-3000:]
     table = proc.stdout[proc.stdout.index("policy"):]
     assert "malformed; rollout success" in proc.stdout
@@ -22,6 +33,32 @@ def test_quickstart_fast(tmp_path):
     report = (out / "report.md").read_text()  # the printed table, effect and timings, kept
     assert "RL effect (same rooms)" in report and "SFT+SAMPO" in report and "curves.png" in report
     assert (out / "sft" / "model.safetensors").exists() and (out / "rl" / "final").is_dir()
+
+
+@pytest.mark.slow
+def test_research_scripts_run_from_a_quickstart(fast_quickstart, tmp_path):
+    """The README's RL diagnostics start from a quickstart's folder: the one-update check and a
+    probe with an eval at a chosen step run on the fast run's SFT checkpoint and write their
+    results (the README quotes their output, so a broken script would make it lie)."""
+    out, proc = fast_quickstart
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    tiny = ["--algo", "sampo", "--num_tasks", "2", "--group_size", "4", "--mini_batch_size", "0",
+            "--cold_start_steps", "100", "--lr", "1e-4"]
+    check = subprocess.run([sys.executable, str(REPO / "experiments" / "rl_update_checks.py"), "one-update",
+                            "--start", str(out), "--out", str(tmp_path / "checks"), *tiny],
+                           capture_output=True, text=True, timeout=900)
+    assert check.returncode == 0, check.stderr[-3000:]
+    result = json.loads((tmp_path / "checks" / "one-update" / "result.json").read_text())["result"]
+    assert result["samples"] > 0 and "one update," in check.stdout
+    assert abs(result["share_pos"] + result["share_neg"] + result["share_zero"] - 1.0) < 1e-9
+    assert result["adv_pos_sum"] >= 0.0 >= result["adv_neg_sum"]
+    probe = subprocess.run([sys.executable, str(REPO / "experiments" / "rl_probe.py"), "--start", str(out),
+                            "--out", str(tmp_path / "probe"), "--name", "p", "--test", "8", "--eval-at", "1",
+                            *tiny], capture_output=True, text=True, timeout=900)
+    assert probe.returncode == 0, probe.stderr[-3000:]
+    row = json.loads((tmp_path / "probe" / "p" / "probe.json").read_text())["evals"][0]
+    assert row["step"] == 1 and 0.0 <= row["greedy"]["after"] <= 1.0
+    assert row["greedy"]["effect"]["gained"] + row["greedy"]["effect"]["lost"] <= 8
 
 
 def test_rl_phase_summary_weights_steps_by_their_turns():
