@@ -6,8 +6,8 @@ table and keeps its own caches as LRUs (:data:`~arlgym.envs.alfworld.engine.CACH
 Here the limits are made small so that they fill after a few games, then many more distinct
 games are played: the caches stay at their limits, the intern table stays bounded, and RSS stops
 growing. ``bench/soak_alfworld.py`` is the long soak (by default 10k episodes over distinct
-tasks, ~0.6 s a new task on a free core; the recorded runs stopped at 575 and 2,250, see
-docs/alfworld.md).
+tasks, ~0.6 s a new task on a free core; the recorded run: 10,000 distinct tasks, RSS 257.9
+MiB after 1k -> 255.7 MiB after 10k, see docs/alfworld.md).
 
 Run: ``pytest tests/unit/envs/test_alfworld_memory.py``.
 """
