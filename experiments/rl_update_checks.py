@@ -81,8 +81,8 @@ def one_update(trainer: Any) -> dict[str, float]:
     result = {"samples": len(a), "corr": float(np.corrcoef(a, d)[0, 1]),
               "dlogp_pos": float(d[pos].mean()), "dlogp_neg": float(d[neg].mean()),
               "dlogp_zero": float(d[zero].mean()) if zero.any() else float("nan"), "kl": metrics.get("kl", 0.0),
-              # the batch's balance: turn samples share their trajectory's advantage, so a group's
-              # zero-sum advantages are not zero-sum over turns (failures play more turns)
+              # the batch's balance over turn samples: if failing trajectories (more turns) carried
+              # most of the advantage mass, an update would mostly push down (measured: balanced)
               "share_pos": float(pos.mean()), "share_neg": float(neg.mean()), "share_zero": float(zero.mean()),
               "adv_mean": float(a.mean()), "adv_pos_sum": float(a[pos].sum()), "adv_neg_sum": float(a[neg].sum())}
     print(f"one update, {len(a)} turn samples: corr(advantage, Δ log-prob) {result['corr']:+.3f}; "
