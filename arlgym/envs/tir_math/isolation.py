@@ -213,6 +213,21 @@ def _probe(python: str, mode: str) -> str | None:
             server.close()
 
 
+#: Where each cell mounts a private tmpfs (see :mod:`~arlgym.envs.tir_math.forkserver`).
+_PRIVATE_MOUNTS = ("/tmp", "/dev/shm")
+
+
+def _paths_under_private_mounts(python: str) -> str | None:
+    """The first of the interpreter's directories that a cell's private ``/tmp`` or ``/dev/shm``
+    would hide (a venv in a checkout under /tmp), or ``None``. Checked before the probe, whose
+    cell is forked from the warm server and so never opens an interpreter file again."""
+    for path in _interpreter_paths(python):
+        for resolved in {os.path.realpath(path), os.path.abspath(path)}:
+            if any(resolved == m or resolved.startswith(m + "/") for m in _PRIVATE_MOUNTS):
+                return resolved
+    return None
+
+
 def isolation_problem(python: str) -> str | None:
     """``None`` when cells can run isolated on this machine, else what is missing (cached).
 
@@ -227,6 +242,10 @@ def isolation_problem(python: str) -> str | None:
             problem = "isolation needs Linux >= 5.3 (user namespaces, pidfd_open)"
         elif find_bwrap() is None:
             problem = "bubblewrap (`bwrap`) is not installed"
+        elif hidden := _paths_under_private_mounts(python):
+            problem = (f"the interpreter {python} lives under {hidden}, where every cell mounts its own "
+                       f"private tmpfs, so a cell could not load it. Fix: install arlgym in a virtual "
+                       f"environment outside {' and '.join(_PRIVATE_MOUNTS)}")
         else:
             pinned = os.environ.get(MODE_VARIABLE)
             modes = [pinned] if pinned else ["user", "root"] if os.geteuid() == 0 else ["user"]
@@ -247,8 +266,8 @@ def require_isolation(python: str) -> None:
     """Raise :class:`~arlgym.errors.MissingDependency` naming what is missing and the fix."""
     problem = isolation_problem(python)
     if problem is not None:
-        raise MissingDependency(f"the TIR sandbox cannot isolate code cells on this machine: {problem}. "
-                                f"Fix: {INSTALL_HINT}")
+        fix = "" if "Fix: " in problem else f" Fix: {INSTALL_HINT}"
+        raise MissingDependency(f"the TIR sandbox cannot isolate code cells on this machine: {problem}.{fix}")
 
 
 # ---------------------------------------------------------------------------- cgroups
