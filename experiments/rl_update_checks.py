@@ -84,7 +84,7 @@ def one_update(trainer: Any) -> dict[str, float]:
               # the batch's balance over turn samples: if failing trajectories (more turns) carried
               # most of the advantage mass, an update would mostly push down (measured: balanced)
               "share_pos": float(pos.mean()), "share_neg": float(neg.mean()), "share_zero": float(zero.mean()),
-              "adv_mean": float(a.mean()), "adv_pos_sum": float(a[pos].sum()), "adv_neg_sum": float(a[neg].sum())}
+              "adv_pos_sum": float(a[pos].sum()), "adv_neg_sum": float(a[neg].sum())}
     print(f"one update, {len(a)} turn samples: corr(advantage, Δ log-prob) {result['corr']:+.3f}; "
           f"mean Δ log-prob: advantage > 0 {result['dlogp_pos']:+.3f}, < 0 {result['dlogp_neg']:+.3f}, "
           f"= 0 {result['dlogp_zero']:+.3f} nats; samples > 0 / < 0 / = 0: {result['share_pos']:.0%} / "

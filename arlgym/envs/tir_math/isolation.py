@@ -266,7 +266,8 @@ def require_isolation(python: str) -> None:
     """Raise :class:`~arlgym.errors.MissingDependency` naming what is missing and the fix."""
     problem = isolation_problem(python)
     if problem is not None:
-        fix = "" if "Fix: " in problem else f" Fix: {INSTALL_HINT}"
+        # the interpreter-under-/tmp problem names its own fix; the bubblewrap hint would mislead
+        fix = "" if _paths_under_private_mounts(python) else f" Fix: {INSTALL_HINT}"
         raise MissingDependency(f"the TIR sandbox cannot isolate code cells on this machine: {problem}.{fix}")
 
 
