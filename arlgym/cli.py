@@ -160,22 +160,36 @@ def _jsonable(value: Any) -> Any:
 
 
 def _cmd_quickstart(args: argparse.Namespace) -> int:
-    from arlgym.quickstart import CutShort, QuickstartConfig, run_quickstart
+    from arlgym.errors import ConfigError
+    from arlgym.quickstart import CutShort, QuickstartConfig, RLRunFailed, run_quickstart
+    from arlgym.rl.presets import PRESETS
 
     cfg = QuickstartConfig.fast() if args.fast else QuickstartConfig()
     if args.out:
         cfg.out = args.out
     for name in ("episodes", "sft_steps", "sft_minutes", "eval_episodes", "rl_steps", "rl_lr",
-                 "threads", "sft_threads", "rl_threads", "seed"):
+                 "threads", "sft_threads", "rl_threads", "rl_jobs", "seed"):
         value = getattr(args, name)
         if value is not None:
             setattr(cfg, name, value)
+    if args.rl_algos is not None:
+        algos = tuple(a.strip().lower() for a in args.rl_algos.split(",") if a.strip())
+        bad = [a for a in algos if a not in PRESETS]
+        if not algos or bad:
+            raise ConfigError(f"--rl-algos {args.rl_algos!r}: {'unknown preset(s) ' + str(bad) if bad else 'empty'}; "
+                              f"presets: {', '.join(PRESETS)}. Fix: e.g. --rl-algos grpo,sampo")
+        cfg.rl_algos = algos
+    if cfg.rl_jobs < 1:
+        raise ConfigError(f"--rl-jobs must be >= 1, got {cfg.rl_jobs}")
     cfg.allow_short = bool(args.allow_short)
     try:
         run_quickstart(cfg)
     except CutShort as e:
         print(f"arlgym quickstart: cut short: {e}", file=sys.stderr)
         return 3
+    except RLRunFailed as e:
+        print(f"arlgym quickstart: an RL run failed: {e}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -223,13 +237,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="PNG path (default: <episodes>.patterns.png)")
     p.set_defaults(func=_cmd_patterns)
 
-    p = sub.add_parser("quickstart", help="expert demos -> SFT -> eval -> SAMPO -> eval (Sokoban, tiny, CPU)",
+    p = sub.add_parser("quickstart", help="expert demos -> SFT -> eval -> GRPO vs SAMPO (arena) -> eval (Sokoban, tiny, CPU)",
                        description="The whole pipeline offline on CPU: collect expert Sokoban "
                                    "demonstrations, behaviour-clone the tiny model briefly (a weak "
-                                   "start on purpose, so RL has headroom), evaluate, run SAMPO from "
-                                   "the SFT checkpoint, evaluate again on the same held-out rooms; "
-                                   "prints a random / SFT / SFT+SAMPO table with the RL effect as a "
-                                   "paired difference and saves curves.png. ~8 min on 2 idle cores.")
+                                   "start on purpose, so RL has headroom), evaluate, then a small "
+                                   "arena from the SFT checkpoint: GRPO and SAMPO side by side "
+                                   "with one budget (`arlgym arena run`), each run's best-on-"
+                                   "validation policy evaluated on the same held-out rooms. Prints "
+                                   "a random / SFT / SFT+GRPO / SFT+SAMPO table with every RL "
+                                   "effect as a paired difference, SAMPO against GRPO and the "
+                                   "collapse alarm's verdicts; saves curves.png, report.md and the "
+                                   "arena report. ~8 min on 2 idle cores; a rerun with the same "
+                                   "--out resumes the RL runs.")
     p.add_argument("--fast", action="store_true", help="tiny settings (CI smoke run, ~2 min)")
     p.add_argument("--out", default=None, help="output folder (default: runs/quickstart)")
     p.add_argument("--episodes", type=int, default=None, help="expert episodes (default: 2000)")
@@ -241,10 +260,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="optional guard: stop SFT after this many minutes; the run is then marked "
                         "cut short and exits 3 unless --allow-short (default: none)")
     p.add_argument("--eval-episodes", type=int, default=None,
-                   help="held-out rooms, the same before and after RL (default: 200)")
+                   help="held-out rooms, the same for SFT and every RL run (default: 200)")
+    p.add_argument("--rl-algos", default=None,
+                   help="arena presets compared from the SFT checkpoint, comma-separated; the "
+                        "last is compared with the first on the same rooms (default: grpo,sampo; "
+                        "see `python trainers/sampo.py --help` for the presets)")
     p.add_argument("--rl-steps", type=int, default=None,
-                   help="SAMPO steps of 16 rooms x 8 rollouts each (default: 6)")
-    p.add_argument("--rl-lr", type=float, default=None, help="SAMPO learning rate (default: 2e-4)")
+                   help="optimizer steps of every RL run, 8 rooms x 4 rollouts each (default: 12)")
+    p.add_argument("--rl-lr", type=float, default=None, help="RL learning rate (default: 5e-4)")
+    p.add_argument("--rl-jobs", type=int, default=None,
+                   help="RL runs at once (default: 2; each gets cores / jobs torch threads)")
     p.add_argument("--threads", type=int, default=None,
                    help="torch CPU threads of eval (default: 1; generating for a batch of rooms "
                         "gains little from more, and on a busy machine extra threads stall each "
@@ -253,7 +278,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="torch CPU threads of SFT (default: -1 = auto: 2 when the machine is idle "
                         "at the start, else 1, since 2 threads beside a busy process run ~10x slower)")
     p.add_argument("--rl-threads", type=int, default=None,
-                   help="torch CPU threads of the RL phase (default: -1 = auto, the same rule)")
+                   help="torch CPU threads of each RL run (default: -1 = cores / --rl-jobs, at "
+                        "least 1: fixed, so a busy machine gives the same numbers, later)")
     p.add_argument("--seed", type=int, default=None,
                    help="seeds the expert rooms, the model init, batch order and the RL run (default: 0)")
     p.add_argument("--allow-short", action="store_true",

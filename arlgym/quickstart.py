@@ -1,23 +1,31 @@
 """``arlgym quickstart``: the whole pipeline on Sokoban with the tiny model, offline, on CPU.
 
-expert demonstrations → a *short* behaviour cloning (SFT) → eval → SAMPO from the SFT checkpoint
-→ eval again on the same held-out rooms; prints a random / SFT / SFT+SAMPO table with the RL
-effect as a paired difference (same rooms before and after) and its standard error, and saves
-the curves.
+expert demonstrations → a *short* behaviour cloning (SFT) → eval → a small arena from the SFT
+checkpoint (GRPO and SAMPO side by side, the same budget, through ``arlgym arena run``) → each
+run's best-on-validation policy evaluated on the same held-out rooms; prints a random / SFT /
+SFT+GRPO / SFT+SAMPO table with every RL effect as a paired difference (same rooms) and its
+standard error, SAMPO against GRPO, the collapse alarm's verdicts, and saves the curves and the
+arena report.
+
+Why a comparison and not one RL run (measured, README "The arena on CPU"): at this scale one
+short RL run's greedy effect depends on the start more than on the recipe (+5.5 points on one
+seed, +1.5 on the next, with the same recipe); what the CPU arena separates over seeds is the
+*design* — SAMPO was the best cell of the 9 × 3 grid and GRPO the weakest stable one. The
+quickstart is that grid's GRPO and SAMPO columns for one seed, with the grid's recipe (12 steps
+of 8 rooms × 4 rollouts, lr 5e-4, 4 PPO mini-batches a step, validation every 6 steps, best
+kept).
 
 The SFT phase is short on purpose (250 steps: ~14% greedy success, below random moves): it
-leaves RL headroom, so the RL phase shows what it does. Long SFT reaches ~92% by itself
-(``--sft-steps 0 --episodes 3000``: 3 epochs, 927 steps), and then a few RL steps have nothing
-left to gain. The RL phase uses large rollout batches (16 rooms × 8 rollouts, ~1,500 turn
-samples, ~6 PPO mini-batches per step): measured, batches of 32 episodes moved nothing in 24
-steps (README, "Why a weak start, and why these batches").
+leaves RL headroom. Long SFT reaches ~92% by itself (``--sft-steps 0 --episodes 3000``: 3
+epochs, 927 steps), and then a few RL steps have nothing left to gain.
 
 Every phase runs a fixed number of steps (with a progress bar and ETA), never a time budget, so
-a busy machine gives the same numbers later. Eval uses one torch thread; SFT and RL two only
-when the machine is idle at the start (two threads next to another busy process run ~10x
-slower than one). If a phase is cut short anyway (``--sft-minutes`` as an
-explicit guard, Ctrl-C), the table says so and the command exits with status 3 unless
-``--allow-short`` was given.
+a busy machine gives the same numbers later: the two RL runs each use one torch thread (the
+grid's rule: cores ÷ runs), eval one thread, SFT two only when the machine is idle at the start
+(two threads next to another busy process run ~10x slower than one). If a phase is cut short
+anyway (``--sft-minutes`` as an explicit guard, Ctrl-C), the table says so and the command
+exits with status 3 unless ``--allow-short`` was given. A killed quickstart resumes its RL runs
+from their newest checkpoint when rerun with the same ``--out``.
 """
 
 from __future__ import annotations
@@ -25,13 +33,15 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 __all__ = ["QuickstartConfig", "rl_phase_summary", "run_quickstart", "paired_difference",
-           "choose_threads", "greedy_eval", "sampled_eval", "CutShort"]
+           "choose_threads", "greedy_eval", "sampled_eval", "arena_spec", "read_arena_run",
+           "CutShort", "RLRunFailed"]
 
 
 class CutShort(RuntimeError):
@@ -55,23 +65,25 @@ class QuickstartConfig:
     sft_batch_size: int = 32
     #: held-out test rooms; the RL effect is a paired difference on them
     eval_episodes: int = 200
-    rl_steps: int = 6
-    #: 16 rooms × 8 rollouts a step: measured, 8 × 4 a step (24 steps at lr 5e-4) left greedy
-    #: success where it was (+0.5 points); 16 × 8 at lr 2e-4 lifted it by 5.5–12 points
-    rl_tasks: int = 16
-    rl_group_size: int = 8
-    rl_lr: float = 2e-4
-    #: turn samples per optimizer update (0: the whole rollout batch, on-policy); 256 of the
-    #: ~1,500 a step gives ~6 updates, the later ones off-policy (where SAMPO's clipping acts)
-    rl_mini_batch_size: int = 256
-    #: rollout temperature of the RL phase (Table 6: 1.0); log-probs are computed at the same
-    #: temperature, so the policy being optimised is exactly the one sampled
+    #: the arena's presets, run side by side from the SFT checkpoint with one budget
+    rl_algos: tuple[str, ...] = ("grpo", "sampo")
+    #: optimizer steps of every run (the budget) — the CPU arena grid's recipe: 12 steps of
+    #: 8 rooms × 4 rollouts at lr 5e-4, ~4 PPO mini-batches of 64 turn samples a step (the
+    #: later ones off-policy, so the IS clipping designs differ), dynamic-sampling cold start 2
+    rl_steps: int = 12
+    rl_tasks: int = 8
+    rl_group_size: int = 4
+    rl_lr: float = 5e-4
+    rl_mini_batch_size: int = 64
+    rl_cold_start_steps: int = 2
+    #: rollout temperature (Table 6: 1.0); log-probs are computed at the same temperature
     rl_temperature: float = 1.0
-    #: steps before SAMPO's dynamic sampling starts filtering (the paper's cold start). The
-    #: default (None: = rl_steps) never filters: measured from the same start, 6 steps without
-    #: filtering +5.5 points (z 2.9) in ~5 min, with filtering from step 3 +5.0 (z 2.7) but
-    #: the filtered steps roll out twice (~70 s instead of ~45 s a step)
-    rl_cold_start_steps: int | None = None
+    #: validation rooms (Sokoban ``val`` split) of the periodic greedy eval, every
+    #: ``rl_steps // 2`` steps; the best is kept and is what the table reports, so the
+    #: held-out test rooms stay unseen by the choice
+    rl_val_episodes: int = 40
+    #: RL runs at once; each gets cores ÷ jobs torch threads (at least one)
+    rl_jobs: int = 2
     seed: int = 0
     #: torch CPU threads of eval (0: torch's default; -1: auto). One thread: generating for a
     #: batch of rooms gains nothing from more, and with a busy neighbour every OpenMP barrier
@@ -82,8 +94,8 @@ class QuickstartConfig:
     #: cores (the step count is fixed either way; float sums depend on the thread count, so
     #: the last digits may differ)
     sft_threads: int = -1
-    #: torch threads of the RL phase, the same rule (auto: 2 on an idle machine: a step of
-    #: ~1,500 turn samples takes ~45 s with 2 threads)
+    #: torch threads of each RL run; -1 (auto): the arena's rule, cores ÷ ``rl_jobs`` (one
+    #: each on 2 cores — fixed, so a busy machine gives the same numbers, later)
     rl_threads: int = -1
     #: accept a cut-short run (exit 0)
     allow_short: bool = False
@@ -92,8 +104,8 @@ class QuickstartConfig:
     def fast(cls, out: str = "runs/quickstart-fast") -> QuickstartConfig:
         """Tiny settings for CI: every stage runs, numbers mean nothing."""
         return cls(out=out, episodes=64, sft_steps=20, eval_episodes=8, rl_steps=2,
-                   rl_tasks=2, rl_group_size=2, rl_mini_batch_size=0, sft_threads=1,
-                   rl_threads=1)
+                   rl_tasks=2, rl_group_size=2, rl_mini_batch_size=0, rl_cold_start_steps=1,
+                   rl_val_episodes=4, sft_threads=1, rl_threads=1)
 
 
 def choose_threads(requested: int, cores: int | None = None, load: float | None = None) -> int:
@@ -173,7 +185,70 @@ def sampled_eval(policy_spec_or_obj: Any, episodes: int, samples: int, out: Path
     return summary, [sum(v) / len(v) for v in rooms.values()]
 
 
-def _plot(sft_log: list[dict], rl_log: list[dict], path: Path) -> None:
+def _wins_by_room(path: Path) -> dict[str, float]:
+    """task id -> won (0/1) of a greedy eval's episodes file, in the file's (the panel's) order."""
+    wins: dict[str, float] = {}
+    for line in path.read_text().splitlines():
+        if line.strip():
+            row = json.loads(line)
+            wins[row["task_id"]] = float(row["summary"]["won"])
+    return wins
+
+
+def _paired_on(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """:func:`paired_difference` over the rooms of ``before``, in its order (both evals played
+    the same panel; a room missing from ``after`` is an error, not a silent drop)."""
+    missing = [k for k in before if k not in after]
+    if missing:
+        raise ValueError(f"{len(missing)} rooms of the SFT eval are missing from the RL eval "
+                         f"(e.g. {missing[0]}): the two evals did not play the same panel")
+    rooms = list(before)
+    return paired_difference([before[k] for k in rooms], [after[k] for k in rooms])
+
+
+def arena_spec(cfg: QuickstartConfig, sft_dir: Path, out: Path):
+    """The RL phase as an arena grid: every preset of ``cfg.rl_algos`` × the quickstart's seed,
+    from ``sft_dir``, one budget; the test eval of each run plays the quickstart's held-out
+    rooms (the first ``eval_episodes`` of the test split), so its episodes pair with the SFT's."""
+    from arlgym.arena.grid import ArenaSpec
+
+    base: dict[str, Any] = {
+        "env_id": "arl/Sokoban-v0", "model": str(sft_dir.resolve()), "num_tasks": cfg.rl_tasks,
+        "group_size": cfg.rl_group_size, "max_new_tokens": 24, "temperature": cfg.rl_temperature,
+        "lr": cfg.rl_lr, "mini_batch_size": cfg.rl_mini_batch_size, "max_steps": cfg.rl_steps,
+        "cold_start_steps": cfg.rl_cold_start_steps, "micro_batch_tokens": 8192,
+        "generation_batch_size": 64, "log_with": "none",
+        # a checkpoint every step: a killed quickstart resumes its runs where they were
+        "save_steps": 1, "save_total_limit": 2,
+        "eval_steps": max(1, cfg.rl_steps // 2), "eval_split": "val",
+        "eval_episodes": cfg.rl_val_episodes, "save_best": True,
+        "test_episodes": cfg.eval_episodes, "test_split": "test",
+    }
+    if cfg.rl_threads >= 0:
+        base["torch_threads"] = cfg.rl_threads
+    return ArenaSpec(out=str((out / "arena").resolve()), algos=list(cfg.rl_algos),
+                     seeds=[cfg.seed], base=base)
+
+
+def read_arena_run(folder: Path) -> dict[str, Any]:
+    """One finished RL run of the quickstart's arena, read back: the checkpoint the table
+    reports (best-on-validation when there is one, as ``arlgym arena report`` does, else the
+    last), its test summary and wins per room, the metric rows and the collapse verdict."""
+    checkpoint = "best" if (folder / "eval" / "test-best.jsonl").exists() else "last"
+    test = folder / "eval" / f"test-{checkpoint}.jsonl"
+    summary = json.loads(test.with_suffix(".summary.json").read_text())
+    rows = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()
+            if line.strip()]
+    best = json.loads((folder / "best" / "best.json").read_text()) if checkpoint == "best" else None
+    collapse = json.loads((folder / "collapse.json").read_text()) if (folder / "collapse.json").exists() else None
+    return {"checkpoint": checkpoint, "best_step": best["step"] if best else len(rows),
+            "summary": summary["overall"], "wins": _wins_by_room(test), "rows": rows,
+            "collapse": collapse, "train_s": sum(r.get("time/step_s", 0.0) for r in rows)}
+
+
+def _plot(sft_log: list[dict], runs: dict[str, dict[str, Any]], sft_test: float | None, path: Path) -> None:
+    """SFT loss; per RL run its rollout success, its greedy validation evals, and (a star at
+    the step of the checkpoint the table reports) its greedy test success against the SFT's."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -183,12 +258,24 @@ def _plot(sft_log: list[dict], rl_log: list[dict], path: Path) -> None:
     if sft_log:
         a.plot([h["step"] for h in sft_log], [h["loss"] for h in sft_log])
     a.set(title="SFT (tiny model, expert demos)", xlabel="step", ylabel="loss")
-    if rl_log:
-        steps = [h["step"] for h in rl_log]
-        b.plot(steps, [h["env/success_rate"] for h in rl_log], label="rollout success")
-        b.plot(steps, [h["env/format_valid_ratio"] for h in rl_log], label="format valid")
-        b.legend()
-    b.set(title="SAMPO from the SFT checkpoint", xlabel="step", ylim=(0, 1.05))
+    for i, (algo, run) in enumerate(runs.items()):
+        color = f"C{i}"
+        rows = [r for r in run["rows"] if "env/success_rate" in r]
+        b.plot([r["step"] for r in rows], [r["env/success_rate"] for r in rows], color=color,
+               label=f"{algo.upper()} rollouts (T=1)")
+        val = [r for r in run["rows"] if "eval/success_rate" in r]
+        if val:
+            b.plot([r["step"] for r in val], [r["eval/success_rate"] for r in val], "o--",
+                   color=color, label=f"{algo.upper()} greedy, val rooms")
+        b.plot([run["best_step"]], [run["summary"]["success_rate"]], "*", ms=12, color=color,
+               label=f"{algo.upper()} greedy, test rooms ({run['checkpoint']})")
+        if run["collapse"]:
+            b.axvline(run["collapse"]["step"], color=color, ls=":", lw=1)
+    if sft_test is not None:
+        b.axhline(sft_test, color="grey", ls=":", lw=1, label="SFT start, greedy, test rooms")
+    if runs:
+        b.legend(fontsize=7)
+    b.set(title="RL from the SFT checkpoint: success", xlabel="step", ylim=(0, 1.05))
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -197,6 +284,7 @@ def _plot(sft_log: list[dict], rl_log: list[dict], path: Path) -> None:
 def rl_phase_summary(rl_log: list[dict], temperature: float) -> dict[str, Any]:
     """Malformed-response ratio over every RL rollout turn (each step's ratio weighted by its
     number of sampled turns) and the first/last step's rollout success."""
+    rl_log = [h for h in rl_log if "env/turns" in h]
     responses = sum(h["env/turns"] for h in rl_log)
     invalid = sum(h["env/turns"] * (1.0 - h["env/format_valid_ratio"]) for h in rl_log)
     return {"temperature": temperature, "steps": len(rl_log), "responses": int(responses),
@@ -205,32 +293,94 @@ def rl_phase_summary(rl_log: list[dict], temperature: float) -> dict[str, Any]:
             "last_success": rl_log[-1]["env/success_rate"] if rl_log else 0.0}
 
 
-def _report_lines(cfg: QuickstartConfig, rows: dict[str, dict], effect: dict[str, float] | None,
-                  rl_phase: dict[str, Any], short: list[str], timings: dict[str, float],
-                  sft_threads: int, rl_threads: int) -> list[str]:
-    """The table, the paired RL effect, the RL phase and the timings, as printed and as
+def _verdict(effect: dict[str, float]) -> str:
+    if math.isnan(effect["z"]):
+        return "no room changed"
+    if abs(effect["z"]) > 2:
+        return "above 2 standard errors" if effect["z"] > 0 else "below −2 standard errors"
+    return "within 2 standard errors"
+
+
+def _effect_text(effect: dict[str, float]) -> str:
+    return (f"{effect['difference']:+.1%} ± {effect['se']:.1%} paired SE, z = {effect['z']:+.2f} "
+            f"({effect['gained']} rooms gained, {effect['lost']} lost): {_verdict(effect)}")
+
+
+def _report_lines(cfg: QuickstartConfig, rows: dict[str, dict], effects: dict[str, dict],
+                  versus: dict[str, Any] | None, runs: dict[str, dict[str, Any]],
+                  short: list[str], timings: dict[str, float], sft_threads: int,
+                  rl_threads: int) -> list[str]:
+    """The table, the paired RL effects, each RL run and the timings, as printed and as
     written to ``report.md``."""
     what = f"{cfg.sft_steps} steps" if cfg.sft_steps > 0 else f"{cfg.sft_epochs} epochs"
+    algos = " and ".join(a.upper() for a in cfg.rl_algos)
     lines = [f"Sokoban 6x6/1 box, {cfg.eval_episodes} held-out rooms, greedy "
-             f"(SFT: {what} on {cfg.episodes} expert rooms; SAMPO: {cfg.rl_steps} steps):",
+             f"(SFT: {what} on {cfg.episodes} expert rooms; RL: {algos}, {cfg.rl_steps} steps of "
+             f"{cfg.rl_tasks} rooms x {cfg.rl_group_size} each, best of the validations kept):",
              f"{'policy':10s} {'success':>8s} {'± se':>6s} {'format ok':>9s} {'steps':>6s}"]
     for name, r in rows.items():
         lines.append(f"{name:10s} {r['success_rate']:8.1%} {r['success_se']:6.1%} "
                      f"{r['format_valid_ratio']:9.1%} {r['mean_steps']:6.2f}")
-    if effect is not None:
-        verdict = ("no room changed" if math.isnan(effect["z"]) else
-                   "an RL effect above 2 standard errors" if effect["z"] > 2 else
-                   "not above 2 standard errors")
-        lines.append(f"RL effect (same rooms): {effect['difference']:+.1%} ± {effect['se']:.1%} "
-                     f"paired SE, z = {effect['z']:+.1f} ({effect['gained']} rooms gained, "
-                     f"{effect['lost']} lost): {verdict}")
-    lines.append(f"RL phase (T={cfg.rl_temperature}): {rl_phase['responses']} responses, "
-                 f"{rl_phase['invalid_ratio']:.1%} malformed; rollout success "
-                 f"{rl_phase['first_success']:.0%} -> {rl_phase['last_success']:.0%}")
+    for algo, effect in effects.items():
+        run = runs[algo]
+        lines.append(f"RL effect of {algo.upper()} (same rooms, vs SFT): {_effect_text(effect)} "
+                     f"[{run['checkpoint']} checkpoint, step {run['best_step']}]")
+    if versus is not None:
+        lines.append(f"{versus['b'].upper()} vs {versus['a'].upper()} (same rooms): "
+                     f"{_effect_text(versus['effect'])}")
+    for algo, run in runs.items():
+        ph = run["phase"]
+        alarm = ("healthy" if not run["collapse"] else
+                 f"COLLAPSED from step {run['collapse']['step']} ({run['collapse']['reason']})")
+        lines.append(f"{algo.upper()} run (T={cfg.rl_temperature}): {ph['responses']} responses, "
+                     f"{ph['invalid_ratio']:.1%} malformed; rollout success "
+                     f"{ph['first_success']:.0%} -> {ph['last_success']:.0%}; collapse alarm: {alarm}")
     lines += [f"!! CUT SHORT: {line} — these numbers are not the quickstart's" for line in short]
     lines.append(f"total {timings['total_s'] / 60:.1f} min (SFT {timings['sft_s'] / 60:.1f}, RL "
-                 f"{timings['rl_s'] / 60:.1f}; {sft_threads} SFT / {rl_threads} RL thread(s))")
+                 f"{timings['rl_s'] / 60:.1f} for {len(cfg.rl_algos)} runs, {cfg.rl_jobs} at once; "
+                 f"{sft_threads} SFT / {rl_threads} thread(s) per RL run)")
     return lines
+
+
+#: settings that do not change the numbers (threads, guards, where), left out of the recipe
+_NOT_RECIPE = ("out", "threads", "sft_threads", "rl_threads", "rl_jobs", "allow_short", "sft_minutes")
+
+
+def _recipe(cfg: QuickstartConfig) -> dict[str, Any]:
+    """Every setting that changes the quickstart's numbers, as JSON-comparable values."""
+    from dataclasses import asdict
+
+    return json.loads(json.dumps({k: v for k, v in asdict(cfg).items() if k not in _NOT_RECIPE}))
+
+
+def _check_recipe(out: Path, recipe: dict[str, Any]) -> None:
+    """A rerun on the same ``--out`` resumes; a rerun with other settings would mix two
+    experiments in one folder (a finished RL run of the old recipe would be read back as the
+    new one's), so it is refused before anything runs."""
+    from arlgym.errors import ConfigError
+
+    path = out / "recipe.json"
+    if not path.exists():
+        return
+    old = json.loads(path.read_text())
+    diff = [f"{k} {old.get(k)!r} -> {recipe.get(k)!r}" for k in sorted(set(old) | set(recipe))
+            if old.get(k) != recipe.get(k)]
+    if diff:
+        raise ConfigError(f"--out {out} holds a quickstart with other settings ({'; '.join(diff)}). "
+                          "Fix: choose another --out, or delete that folder to start over")
+
+
+def _finished_sft(sft_dir: Path) -> dict[str, Any] | None:
+    """The stats of a complete earlier SFT in ``sft_dir`` (reused by a rerun), else None."""
+    path = sft_dir / "sft_stats.json"
+    if not (path.exists() and (sft_dir / "model.safetensors").exists()):
+        return None
+    stats = json.loads(path.read_text())
+    return stats if stats.get("steps") == stats.get("planned_steps") else None
+
+
+class RLRunFailed(RuntimeError):
+    """An RL run of the quickstart's arena exited with an error (its log is named)."""
 
 
 def run_quickstart(cfg: QuickstartConfig) -> dict[str, Any]:
@@ -239,11 +389,16 @@ def run_quickstart(cfg: QuickstartConfig) -> dict[str, Any]:
     Raises:
         CutShort: a phase ran fewer steps than planned and ``allow_short`` is off — after the
             table (marked) and the JSON were written.
+        RLRunFailed: an RL run crashed (rerunning resumes it from its newest checkpoint).
+        ConfigError: ``cfg.out`` holds a quickstart with other settings.
+
+    A rerun with the same settings and ``--out`` reuses the finished SFT and evals and resumes
+    the RL runs (finished ones are read back): a killed quickstart loses at most one RL step.
     """
     import torch
 
-    from arlgym.rl.cli import parse_train_config
-    from arlgym.rl.trainer import Trainer
+    from arlgym.arena.grid import run_grid, threads_per_run
+    from arlgym.arena.report import write_report
     from arlgym.sft.collect import CollectConfig, collect_sft
     from arlgym.sft.train import SFTRunConfig, train_sft
 
@@ -252,7 +407,10 @@ def run_quickstart(cfg: QuickstartConfig) -> dict[str, Any]:
     if threads:
         torch.set_num_threads(threads)
     out = Path(cfg.out)
+    recipe = _recipe(cfg)
+    _check_recipe(out, recipe)
     out.mkdir(parents=True, exist_ok=True)
+    (out / "recipe.json").write_text(json.dumps(recipe, indent=2))
     t0 = time.perf_counter()
     timings: dict[str, float] = {}
     short: list[str] = []
@@ -263,17 +421,25 @@ def run_quickstart(cfg: QuickstartConfig) -> dict[str, Any]:
     timings["collect_s"] = time.perf_counter() - t0
 
     what = f"{cfg.sft_steps} steps" if cfg.sft_steps > 0 else f"{cfg.sft_epochs} epochs"
-    print(f"[2/5] behaviour cloning the tiny model: {what}, {sft_threads} "
-          f"thread(s){'' if cfg.sft_minutes is None else f', guard {cfg.sft_minutes} min'}")
     sft_dir = out / "sft"
     t = time.perf_counter()
-    if sft_threads:
-        torch.set_num_threads(sft_threads)
-    sft_stats = train_sft(SFTRunConfig(data=(str(data),), model="tiny", output_dir=str(sft_dir),
-                                       engine="prefix", epochs=cfg.sft_epochs,
-                                       max_steps=cfg.sft_steps if cfg.sft_steps > 0 else -1, lr=cfg.sft_lr,
-                                       batch_size=cfg.sft_batch_size, seed=cfg.seed,
-                                       time_budget_minutes=cfg.sft_minutes, logging_steps=10))
+    sft_stats = _finished_sft(sft_dir)
+    if sft_stats is not None:
+        print(f"[2/5] behaviour cloning: reusing the finished SFT in {sft_dir} ({sft_stats['steps']} steps)")
+    else:
+        print(f"[2/5] behaviour cloning the tiny model: {what}, {sft_threads} "
+              f"thread(s){'' if cfg.sft_minutes is None else f', guard {cfg.sft_minutes} min'}")
+        # what was measured on an earlier SFT of this folder no longer belongs to the new one
+        for stale in (out / "eval_sft.jsonl", out / "eval_sft.summary.json"):
+            stale.unlink(missing_ok=True)
+        shutil.rmtree(out / "arena", ignore_errors=True)
+        if sft_threads:
+            torch.set_num_threads(sft_threads)
+        sft_stats = train_sft(SFTRunConfig(data=(str(data),), model="tiny", output_dir=str(sft_dir),
+                                           engine="prefix", epochs=cfg.sft_epochs,
+                                           max_steps=cfg.sft_steps if cfg.sft_steps > 0 else -1, lr=cfg.sft_lr,
+                                           batch_size=cfg.sft_batch_size, seed=cfg.seed,
+                                           time_budget_minutes=cfg.sft_minutes, logging_steps=10))
     timings["sft_s"] = time.perf_counter() - t
     if threads:
         torch.set_num_threads(threads)
@@ -285,51 +451,62 @@ def run_quickstart(cfg: QuickstartConfig) -> dict[str, Any]:
     t = time.perf_counter()
     from arlgym.policies import make_policy
 
-    rows, wins = {}, {}
-    rows["random"], wins["random"] = greedy_eval(make_policy("random", seed=cfg.seed), cfg.eval_episodes,
-                                           out / "eval_random.jsonl")
-    rows["SFT"], wins["SFT"] = greedy_eval(f"hf:{sft_dir}", cfg.eval_episodes, out / "eval_sft.jsonl")
+    rows = {}
+    rows["random"], _ = greedy_eval(make_policy("random", seed=cfg.seed), cfg.eval_episodes,
+                                    out / "eval_random.jsonl")
+    rows["SFT"], _ = greedy_eval(f"hf:{sft_dir}", cfg.eval_episodes, out / "eval_sft.jsonl")
+    sft_wins = _wins_by_room(out / "eval_sft.jsonl")
     timings["eval_s"] = time.perf_counter() - t
 
-    rl_threads = choose_threads(cfg.rl_threads)
-    print(f"[4/5] SAMPO for {cfg.rl_steps} steps of {cfg.rl_tasks} rooms x {cfg.rl_group_size} "
-          f"rollouts from the SFT checkpoint, {rl_threads} thread(s)")
+    spec = arena_spec(cfg, sft_dir, out)
+    rl_threads = cfg.rl_threads if cfg.rl_threads >= 0 else threads_per_run(cfg.rl_jobs)
+    names = " and ".join(a.upper() for a in cfg.rl_algos)
+    print(f"[4/5] arena from the SFT checkpoint: {names}, {cfg.rl_steps} steps of {cfg.rl_tasks} "
+          f"rooms x {cfg.rl_group_size} rollouts each, {cfg.rl_jobs} run(s) at once, "
+          f"{rl_threads} thread(s) each; logs in {spec.out}/<algo>/seed-{cfg.seed}/train.log")
     t = time.perf_counter()
-    rl_dir = out / "rl"
-    rl_cfg = parse_train_config([
-        "--algo", "sampo", "--model", str(sft_dir), "--output_dir", str(rl_dir),
-        "--max_steps", str(cfg.rl_steps), "--num_tasks", str(cfg.rl_tasks),
-        "--group_size", str(cfg.rl_group_size), "--lr", str(cfg.rl_lr),
-        "--mini_batch_size", str(cfg.rl_mini_batch_size),
-        "--max_new_tokens", "24", "--temperature", str(cfg.rl_temperature), "--log_with", "none",
-        "--seed", str(cfg.seed), "--cold_start_steps",
-        str(cfg.rl_steps if cfg.rl_cold_start_steps is None else cfg.rl_cold_start_steps),
-        "--torch_threads", str(rl_threads)])
-    rl_log = Trainer(rl_cfg).train()
+    results = run_grid(spec, jobs=cfg.rl_jobs)
     timings["rl_s"] = time.perf_counter() - t
-    if threads:
-        torch.set_num_threads(threads)
-    if len(rl_log) < cfg.rl_steps:
-        short.append(f"SAMPO ran {len(rl_log)} of {cfg.rl_steps} steps")
+    failed = {k: v for k, v in results.items() if v.startswith("failed")}
+    if failed:
+        raise RLRunFailed("; ".join(f"{k}: {v}" for k, v in failed.items())
+                          + " — rerun the same command to resume it from its newest checkpoint")
 
-    print("[5/5] evaluating SFT+SAMPO on the same rooms")
-    t = time.perf_counter()
-    rows["SFT+SAMPO"], wins["SFT+SAMPO"] = greedy_eval(f"hf:{rl_dir / 'final'}", cfg.eval_episodes,
-                                                 out / "eval_rl.jsonl")
-    timings["eval_s"] += time.perf_counter() - t
+    print("[5/5] reading the runs' test evals (same rooms as the SFT eval) and writing the report")
+    runs: dict[str, dict[str, Any]] = {}
+    effects: dict[str, dict[str, float]] = {}
+    for algo in cfg.rl_algos:
+        run = read_arena_run(Path(spec.out) / algo / f"seed-{cfg.seed}")
+        run["phase"] = rl_phase_summary(run["rows"], cfg.rl_temperature)
+        runs[algo] = run
+        rows[f"SFT+{algo.upper()}"] = run["summary"]
+        if cfg.eval_episodes >= 2:
+            effects[algo] = _paired_on(sft_wins, run["wins"])
+        if run["phase"]["steps"] < cfg.rl_steps and not run["collapse"]:
+            short.append(f"{algo.upper()} ran {run['phase']['steps']} of {cfg.rl_steps} steps")
+    versus = None
+    if len(cfg.rl_algos) >= 2 and cfg.eval_episodes >= 2:
+        a, b = cfg.rl_algos[0], cfg.rl_algos[-1]
+        versus = {"a": a, "b": b, "effect": _paired_on(runs[a]["wins"], runs[b]["wins"])}
+    arena_report = write_report([spec.out])
     timings["total_s"] = time.perf_counter() - t0
 
-    _plot(sft_stats["log"], rl_log, out / "curves.png")
-    rl_phase = rl_phase_summary(rl_log, cfg.rl_temperature)
-    effect = paired_difference(wins["SFT"], wins["SFT+SAMPO"]) if cfg.eval_episodes >= 2 else None
-    report = _report_lines(cfg, rows, effect, rl_phase, short, timings, sft_threads, rl_threads)
-    print("\n" + "\n".join(report) + f"\ncurves: {out / 'curves.png'}")
+    _plot(sft_stats["log"], runs, rows["SFT"]["success_rate"], out / "curves.png")
+    report = _report_lines(cfg, rows, effects, versus, runs, short, timings, sft_threads, rl_threads)
+    print("\n" + "\n".join(report) + f"\ncurves: {out / 'curves.png'}; arena report: "
+          f"{arena_report / 'index.html'}")
     (out / "report.md").write_text(
-        "# arlgym quickstart\n\n```\n" + "\n".join(report) + "\n```\n\n![curves](curves.png)\n")
-    result = {"rows": rows, "rl_effect": effect, "timings": timings, "rl_phase": rl_phase,
-              "cut_short": short, "threads": {"sft": sft_threads, "rl": rl_threads, "eval": threads},
+        "# arlgym quickstart\n\n```\n" + "\n".join(report) + "\n```\n\n![curves](curves.png)\n\n"
+        "The arena's own report (every diagnostic's curves, the IS analysis, action flows): "
+        "[arena/report/index.html](arena/report/index.html)\n")
+    result = {"rows": rows, "rl_effects": effects,
+              "versus": None if versus is None else {"a": versus["a"], "b": versus["b"], **versus["effect"]},
+              "runs": {a: {k: v for k, v in r.items() if k not in ("rows", "wins")} for a, r in runs.items()},
+              "timings": timings, "cut_short": short,
+              "threads": {"sft": sft_threads, "rl_per_run": rl_threads, "rl_jobs": cfg.rl_jobs, "eval": threads},
+              "arena_report": str(arena_report),
               "sft": {k: v for k, v in sft_stats.items() if k != "log"}}
-    (out / "quickstart.json").write_text(json.dumps(result, indent=2))
+    (out / "quickstart.json").write_text(json.dumps(result, indent=2, default=str))
     if short and not cfg.allow_short:
         raise CutShort("; ".join(short) + " (rerun without the guard, or pass --allow-short "
                        "to accept a shortened run)")

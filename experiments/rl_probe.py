@@ -1,6 +1,6 @@
 """One RL probe: a weak behaviour-cloned start → a trainer run → greedy (and sampled) test evals, paired.
 
-The probes behind the quickstart's RL recipe (README, "Why a weak start, and why these batches"): the same
+The probes behind the former one-run quickstart (docs/quickstart_one_run.md, "Why a weak start, and why these batches"): the same
 start as ``experiments/arena_cpu.py`` (2,000 expert rooms, ``--sft-steps`` SFT steps, cached in
 ``<out>/start<N>/``) or a quickstart's own (``--start runs/quickstart``: its ``sft/``), then the
 trainer with any trainer flags, then a greedy eval of the model on the same ``--test`` held-out

@@ -1,4 +1,4 @@
-"""Two checks of the RL update itself, from a quickstart's SFT checkpoint (README, "Where the update goes").
+"""Two checks of the RL update itself, from a quickstart's SFT checkpoint (docs/quickstart_one_run.md, "Where the update goes").
 
 ``same-rooms``: every step plays the same rooms (the collector's task seed is reset before each
 step), so the rollout success of step k is the sampled (T = 1) success on the rooms the policy is

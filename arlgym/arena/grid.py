@@ -35,7 +35,8 @@ from typing import Any
 
 from arlgym.errors import ConfigError
 
-__all__ = ["ArenaSpec", "RunSpec", "plan_runs", "run_status", "run_grid", "parse_override", "parse_value"]
+__all__ = ["ArenaSpec", "RunSpec", "plan_runs", "run_status", "run_grid", "parse_override", "parse_value",
+           "threads_per_run"]
 
 #: a run folder name may hold letters, digits and these
 _SAFE = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
@@ -172,7 +173,7 @@ def _write_config(run: RunSpec, resume: bool) -> None:
     (run.folder / "train.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
 
 
-def _threads_per_run(jobs: int) -> int:
+def threads_per_run(jobs: int) -> int:
     """Torch threads per run: the cores split evenly, at least one. Tiny models gain nothing
     from more than one thread and busy cores make extra threads stall each other at every
     barrier, so CPU grids run ``--jobs = cores`` runs of one thread each."""
@@ -209,7 +210,7 @@ def run_grid(spec: ArenaSpec, jobs: int = 1, progress: bool = True,
     lock = _lock(Path(spec.out))
     (Path(spec.out) / "arena.json").write_text(json.dumps(
         {**asdict(spec), "runs": [f"{r.label}/seed-{r.seed}" for r in runs]}, indent=2, default=str))
-    threads = _threads_per_run(jobs)
+    threads = threads_per_run(jobs)
     todo = [r for r in runs if run_status(r) != "finished"]
     results = {f"{r.label}/seed-{r.seed}": "finished (skipped)" for r in runs if r not in todo}
     bar = tqdm(total=len(runs), initial=len(runs) - len(todo), desc="arena", unit="run",

@@ -1,4 +1,5 @@
-"""`arlgym quickstart --fast` end to end: every stage runs and the three-row table is printed."""
+"""`arlgym quickstart --fast` end to end: every stage runs, the arena of GRPO and SAMPO included,
+and the four-row table is printed."""
 
 import json
 import subprocess
@@ -24,14 +25,49 @@ def test_quickstart_fast(fast_quickstart):
     out, proc = fast_quickstart
     assert proc.returncode == 0, proc.stderr[-3000:]
     table = proc.stdout[proc.stdout.index("policy"):]
-    assert "malformed; rollout success" in proc.stdout
-    assert [line.split()[0] for line in table.splitlines()[1:4]] == ["random", "SFT", "SFT+SAMPO"]
+    assert [line.split()[0] for line in table.splitlines()[1:5]] == ["random", "SFT", "SFT+GRPO", "SFT+SAMPO"]
     result = json.loads((out / "quickstart.json").read_text())
-    assert set(result["rows"]) == {"random", "SFT", "SFT+SAMPO"}
+    assert set(result["rows"]) == {"random", "SFT", "SFT+GRPO", "SFT+SAMPO"}
+    assert set(result["rl_effects"]) == {"grpo", "sampo"} and result["versus"]["b"] == "sampo"
+    # the arena ran both presets from the SFT checkpoint, one budget, the same test rooms
+    for algo in ("grpo", "sampo"):
+        run = out / "arena" / algo / "seed-0"
+        assert (run / "final").is_dir() and (run / "eval" / "test-last.jsonl").exists()
+        cfg = json.loads((run / "config.json").read_text())
+        assert cfg["model"] == str((out / "sft").resolve()) and cfg["max_steps"] == 2
+        assert cfg["test_episodes"] == 8 and cfg["eval_split"] == "val"
+        rooms = [json.loads(line)["task_id"] for line in (run / "eval" / "test-last.jsonl").read_text().splitlines()]
+        sft_rooms = [json.loads(line)["task_id"] for line in (out / "eval_sft.jsonl").read_text().splitlines()]
+        assert rooms == sft_rooms
+        assert result["runs"][algo]["phase"]["steps"] == 2
+        assert result["runs"][algo]["checkpoint"] in ("best", "last")
+        assert f"{algo.upper()} run (T=1.0)" in proc.stdout and "collapse alarm:" in proc.stdout
+    assert "SAMPO vs GRPO (same rooms)" in proc.stdout
     assert (out / "curves.png").stat().st_size > 1000
-    report = (out / "report.md").read_text()  # the printed table, effect and timings, kept
-    assert "RL effect (same rooms)" in report and "SFT+SAMPO" in report and "curves.png" in report
-    assert (out / "sft" / "model.safetensors").exists() and (out / "rl" / "final").is_dir()
+    assert (out / "arena" / "report" / "index.html").exists()
+    assert (out / "arena" / "report" / "table.md").read_text().count("| ") > 4
+    report = (out / "report.md").read_text()  # the printed table, effects and timings, kept
+    assert "RL effect of SAMPO (same rooms, vs SFT)" in report and "SFT+GRPO" in report
+    assert "curves.png" in report and "arena/report/index.html" in report
+    assert (out / "sft" / "model.safetensors").exists()
+
+
+@pytest.mark.slow
+def test_quickstart_rerun_resumes_finished_runs(fast_quickstart, tmp_path):
+    """A second quickstart on the same folder skips the finished RL runs (the arena's resume)
+    and prints the same table — the way a killed quickstart is continued."""
+    out, proc = fast_quickstart
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    first = json.loads((out / "quickstart.json").read_text())
+    again = subprocess.run([sys.executable, "-m", "arlgym.cli", "quickstart", "--fast", "--out", str(out)],
+                           capture_output=True, text=True, timeout=1200)
+    assert again.returncode == 0, again.stderr[-3000:]
+    second = json.loads((out / "quickstart.json").read_text())
+    assert "reusing the finished SFT" in again.stdout
+    assert second["timings"]["rl_s"] < first["timings"]["rl_s"]  # nothing retrained
+    assert {k: v["success_rate"] for k, v in second["rows"].items()} == \
+        {k: v["success_rate"] for k, v in first["rows"].items()}
+    assert second["rl_effects"] == first["rl_effects"]
 
 
 @pytest.mark.slow
@@ -58,6 +94,22 @@ def test_research_scripts_run_from_a_quickstart(fast_quickstart, tmp_path):
     row = json.loads((tmp_path / "probe" / "p" / "probe.json").read_text())["evals"][0]
     assert row["step"] == 1 and 0.0 <= row["greedy"]["after"] <= 1.0
     assert row["greedy"]["effect"]["gained"] + row["greedy"]["effect"]["lost"] <= 8
+
+
+def test_quickstart_refuses_a_folder_of_other_settings(tmp_path):
+    """A rerun on an --out made with other settings would read the old recipe's finished RL
+    runs back as the new one's: refused up front, naming what differs and the fix."""
+    from arlgym.errors import ConfigError
+    from arlgym.quickstart import QuickstartConfig, _recipe, run_quickstart
+
+    out = tmp_path / "qs"
+    out.mkdir()
+    (out / "recipe.json").write_text(json.dumps({**_recipe(QuickstartConfig.fast()), "rl_lr": 1e-3}))
+    cfg = QuickstartConfig.fast(out=str(out))
+    cfg.rl_threads = 2  # threads do not change the recipe: only rl_lr is named
+    with pytest.raises(ConfigError, match=r"\(rl_lr 0.001 -> 0.0005\)\. Fix: choose another --out"):
+        run_quickstart(cfg)
+    assert sorted(p.name for p in out.iterdir()) == ["recipe.json"]  # nothing ran
 
 
 def test_rl_phase_summary_weights_steps_by_their_turns():
@@ -128,3 +180,17 @@ def test_quickstart_cut_short_is_loud(tmp_path):
     assert "cut short" in proc.stderr and "--allow-short" in proc.stderr
     assert json.loads((out / "quickstart.json").read_text())["cut_short"]
 
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--rl-algos", "foo,grpo"], "--rl-algos 'foo,grpo': unknown preset(s) ['foo']"),
+    (["--rl-algos", ","], "--rl-algos ',': empty"),
+    (["--rl-jobs", "0"], "--rl-jobs must be >= 1, got 0"),
+])
+def test_quickstart_bad_rl_flags_are_named(tmp_path, args, message):
+    """A mistyped preset or job count is refused before anything runs, naming the flag."""
+    out = tmp_path / "qs"
+    proc = subprocess.run([sys.executable, "-m", "arlgym.cli", "quickstart", "--out", str(out), *args],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr and not out.exists()
