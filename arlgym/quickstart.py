@@ -302,6 +302,8 @@ def _verdict(effect: dict[str, float]) -> str:
 
 
 def _effect_text(effect: dict[str, float]) -> str:
+    if math.isnan(effect["z"]):  # every room won or lost by both: no variance, no z
+        return f"{effect['difference']:+.1%}: no room changed"
     return (f"{effect['difference']:+.1%} ± {effect['se']:.1%} paired SE, z = {effect['z']:+.2f} "
             f"({effect['gained']} rooms gained, {effect['lost']} lost): {_verdict(effect)}")
 
@@ -309,7 +311,7 @@ def _effect_text(effect: dict[str, float]) -> str:
 def _report_lines(cfg: QuickstartConfig, rows: dict[str, dict], effects: dict[str, dict],
                   versus: dict[str, Any] | None, runs: dict[str, dict[str, Any]],
                   short: list[str], timings: dict[str, float], sft_threads: int,
-                  rl_threads: int) -> list[str]:
+                  rl_threads: int, resumed: list[str] | None = None) -> list[str]:
     """The table, the paired RL effects, each RL run and the timings, as printed and as
     written to ``report.md``."""
     what = f"{cfg.sft_steps} steps" if cfg.sft_steps > 0 else f"{cfg.sft_epochs} epochs"
@@ -338,7 +340,8 @@ def _report_lines(cfg: QuickstartConfig, rows: dict[str, dict], effects: dict[st
     lines += [f"!! CUT SHORT: {line} — these numbers are not the quickstart's" for line in short]
     lines.append(f"total {timings['total_s'] / 60:.1f} min (SFT {timings['sft_s'] / 60:.1f}, RL "
                  f"{timings['rl_s'] / 60:.1f} for {len(cfg.rl_algos)} runs, {cfg.rl_jobs} at once; "
-                 f"{sft_threads} SFT / {rl_threads} thread(s) per RL run)")
+                 f"{sft_threads} SFT / {rl_threads} thread(s) per RL run)"
+                 + (f"; resumed: {', '.join(resumed)} — the times are this call's" if resumed else ""))
     return lines
 
 
@@ -424,7 +427,9 @@ def run_quickstart(cfg: QuickstartConfig) -> dict[str, Any]:
     sft_dir = out / "sft"
     t = time.perf_counter()
     sft_stats = _finished_sft(sft_dir)
+    resumed: list[str] = []
     if sft_stats is not None:
+        resumed.append("SFT reused")
         print(f"[2/5] behaviour cloning: reusing the finished SFT in {sft_dir} ({sft_stats['steps']} steps)")
     else:
         print(f"[2/5] behaviour cloning the tiny model: {what}, {sft_threads} "
@@ -467,6 +472,9 @@ def run_quickstart(cfg: QuickstartConfig) -> dict[str, Any]:
     t = time.perf_counter()
     results = run_grid(spec, jobs=cfg.rl_jobs)
     timings["rl_s"] = time.perf_counter() - t
+    skipped = sum(v == "finished (skipped)" for v in results.values())
+    if skipped:
+        resumed.append(f"{skipped} of {len(results)} RL runs read back")
     failed = {k: v for k, v in results.items() if v.startswith("failed")}
     if failed:
         raise RLRunFailed("; ".join(f"{k}: {v}" for k, v in failed.items())
@@ -492,7 +500,8 @@ def run_quickstart(cfg: QuickstartConfig) -> dict[str, Any]:
     timings["total_s"] = time.perf_counter() - t0
 
     _plot(sft_stats["log"], runs, rows["SFT"]["success_rate"], out / "curves.png")
-    report = _report_lines(cfg, rows, effects, versus, runs, short, timings, sft_threads, rl_threads)
+    report = _report_lines(cfg, rows, effects, versus, runs, short, timings, sft_threads, rl_threads,
+                           resumed)
     print("\n" + "\n".join(report) + f"\ncurves: {out / 'curves.png'}; arena report: "
           f"{arena_report / 'index.html'}")
     (out / "report.md").write_text(
@@ -502,7 +511,7 @@ def run_quickstart(cfg: QuickstartConfig) -> dict[str, Any]:
     result = {"rows": rows, "rl_effects": effects,
               "versus": None if versus is None else {"a": versus["a"], "b": versus["b"], **versus["effect"]},
               "runs": {a: {k: v for k, v in r.items() if k not in ("rows", "wins")} for a, r in runs.items()},
-              "timings": timings, "cut_short": short,
+              "timings": timings, "cut_short": short, "resumed": resumed,
               "threads": {"sft": sft_threads, "rl_per_run": rl_threads, "rl_jobs": cfg.rl_jobs, "eval": threads},
               "arena_report": str(arena_report),
               "sft": {k: v for k, v in sft_stats.items() if k != "log"}}

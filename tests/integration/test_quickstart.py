@@ -64,6 +64,8 @@ def test_quickstart_rerun_resumes_finished_runs(fast_quickstart, tmp_path):
     assert again.returncode == 0, again.stderr[-3000:]
     second = json.loads((out / "quickstart.json").read_text())
     assert "reusing the finished SFT" in again.stdout
+    assert "resumed: SFT reused, 2 of 2 RL runs read back" in again.stdout
+    assert second["resumed"] == ["SFT reused", "2 of 2 RL runs read back"] and first["resumed"] == []
     assert second["timings"]["rl_s"] < first["timings"]["rl_s"]  # nothing retrained
     assert {k: v["success_rate"] for k, v in second["rows"].items()} == \
         {k: v["success_rate"] for k, v in first["rows"].items()}
