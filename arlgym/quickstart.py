@@ -7,13 +7,14 @@ SFT+GRPO / SFT+SAMPO table with every RL effect as a paired difference (same roo
 standard error, SAMPO against GRPO, the collapse alarm's verdicts, and saves the curves and the
 arena report.
 
-Why a comparison and not one RL run (measured, README "The arena on CPU"): at this scale one
-short RL run's greedy effect depends on the start more than on the recipe (+5.5 points on one
-seed, +1.5 on the next, with the same recipe); what the CPU arena separates over seeds is the
-*design* — SAMPO was the best cell of the 9 × 3 grid and GRPO the weakest stable one. The
-quickstart is that grid's GRPO and SAMPO columns for one seed, with the grid's recipe (12 steps
-of 8 rooms × 4 rollouts, lr 5e-4, 4 PPO mini-batches a step, validation every 6 steps, best
-kept).
+Why a comparison and not one RL run (measured; README "Set-up", docs/quickstart_one_run.md):
+at this scale one short RL run's greedy effect depends on the start more than on the recipe
+(+6.5 and +9.5 points from two weak starts, −7.0 from a stronger one); what the seeds agree on
+is the *design* — SAMPO − GRPO on the same rooms was +7.0, +11.5, +7.0 and 0.0 points on seeds
+0–3, as SAMPO was the best cell of the CPU arena's 9 × 3 grid and GRPO the weakest stable one.
+The quickstart is that grid's GRPO and SAMPO columns for one seed, with the grid's recipe (12
+steps of 8 rooms × 4 rollouts, lr 5e-4, ~4 PPO mini-batches a step, validation every 6 steps,
+best kept).
 
 The SFT phase is short on purpose (250 steps: ~14% greedy success, below random moves): it
 leaves RL headroom. Long SFT reaches ~92% by itself (``--sft-steps 0 --episodes 3000``: 3
@@ -241,7 +242,8 @@ def read_arena_run(folder: Path) -> dict[str, Any]:
             if line.strip()]
     best = json.loads((folder / "best" / "best.json").read_text()) if checkpoint == "best" else None
     collapse = json.loads((folder / "collapse.json").read_text()) if (folder / "collapse.json").exists() else None
-    return {"checkpoint": checkpoint, "best_step": best["step"] if best else len(rows),
+    last_step = max((int(r.get("step", 0)) for r in rows), default=0)
+    return {"checkpoint": checkpoint, "best_step": best["step"] if best else last_step,
             "summary": summary["overall"], "wins": _wins_by_room(test), "rows": rows,
             "collapse": collapse, "train_s": sum(r.get("time/step_s", 0.0) for r in rows)}
 

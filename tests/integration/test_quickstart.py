@@ -33,7 +33,7 @@ def test_quickstart_fast(fast_quickstart):
     for algo in ("grpo", "sampo"):
         run = out / "arena" / algo / "seed-0"
         assert (run / "final").is_dir() and (run / "eval" / "test-last.jsonl").exists()
-        cfg = json.loads((run / "config.json").read_text())
+        cfg = json.loads((run / "config.json").read_text())["config"]
         assert cfg["model"] == str((out / "sft").resolve()) and cfg["max_steps"] == 2
         assert cfg["test_episodes"] == 8 and cfg["eval_split"] == "val"
         rooms = [json.loads(line)["task_id"] for line in (run / "eval" / "test-last.jsonl").read_text().splitlines()]
