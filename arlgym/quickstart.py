@@ -358,21 +358,23 @@ def _recipe(cfg: QuickstartConfig) -> dict[str, Any]:
     return json.loads(json.dumps({k: v for k, v in asdict(cfg).items() if k not in _NOT_RECIPE}))
 
 
-def _check_recipe(out: Path, recipe: dict[str, Any]) -> None:
-    """A rerun on the same ``--out`` resumes; a rerun with other settings would mix two
-    experiments in one folder (a finished RL run of the old recipe would be read back as the
-    new one's), so it is refused before anything runs."""
+def _check_recipe(out: Path, recipe: dict[str, Any]) -> bool:
+    """Whether ``out`` holds an earlier quickstart of this very recipe (its finished parts may
+    then be reused). A rerun with other settings would mix two experiments in one folder (a
+    finished RL run of the old recipe would be read back as the new one's), so it is refused
+    before anything runs."""
     from arlgym.errors import ConfigError
 
     path = out / "recipe.json"
     if not path.exists():
-        return
+        return False
     old = json.loads(path.read_text())
     diff = [f"{k} {old.get(k)!r} -> {recipe.get(k)!r}" for k in sorted(set(old) | set(recipe))
             if old.get(k) != recipe.get(k)]
     if diff:
         raise ConfigError(f"--out {out} holds a quickstart with other settings ({'; '.join(diff)}). "
                           "Fix: choose another --out, or delete that folder to start over")
+    return True
 
 
 def _finished_sft(sft_dir: Path) -> dict[str, Any] | None:
@@ -413,7 +415,7 @@ def run_quickstart(cfg: QuickstartConfig) -> dict[str, Any]:
         torch.set_num_threads(threads)
     out = Path(cfg.out)
     recipe = _recipe(cfg)
-    _check_recipe(out, recipe)
+    same_recipe = _check_recipe(out, recipe)
     out.mkdir(parents=True, exist_ok=True)
     (out / "recipe.json").write_text(json.dumps(recipe, indent=2))
     t0 = time.perf_counter()
@@ -428,7 +430,8 @@ def run_quickstart(cfg: QuickstartConfig) -> dict[str, Any]:
     what = f"{cfg.sft_steps} steps" if cfg.sft_steps > 0 else f"{cfg.sft_epochs} epochs"
     sft_dir = out / "sft"
     t = time.perf_counter()
-    sft_stats = _finished_sft(sft_dir)
+    # reuse only what this recipe made: a folder without recipe.json may hold any settings' SFT
+    sft_stats = _finished_sft(sft_dir) if same_recipe else None
     resumed: list[str] = []
     if sft_stats is not None:
         resumed.append("SFT reused")
@@ -437,8 +440,9 @@ def run_quickstart(cfg: QuickstartConfig) -> dict[str, Any]:
         print(f"[2/5] behaviour cloning the tiny model: {what}, {sft_threads} "
               f"thread(s){'' if cfg.sft_minutes is None else f', guard {cfg.sft_minutes} min'}")
         # what was measured on an earlier SFT of this folder no longer belongs to the new one
-        for stale in (out / "eval_sft.jsonl", out / "eval_sft.summary.json"):
-            stale.unlink(missing_ok=True)
+        for stale in ("eval_sft", "eval_random"):
+            for suffix in (".jsonl", ".summary.json"):
+                (out / f"{stale}{suffix}").unlink(missing_ok=True)
         shutil.rmtree(out / "arena", ignore_errors=True)
         if sft_threads:
             torch.set_num_threads(sft_threads)

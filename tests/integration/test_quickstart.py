@@ -73,6 +73,25 @@ def test_quickstart_rerun_resumes_finished_runs(fast_quickstart, tmp_path):
 
 
 @pytest.mark.slow
+def test_quickstart_reuses_nothing_from_a_folder_of_unknown_settings(fast_quickstart, tmp_path):
+    """A folder without recipe.json (an older quickstart's, or hand-made) may hold an SFT of
+    other settings: nothing in it is reused — SFT, evals and RL runs are made afresh."""
+    import shutil
+
+    out, proc = fast_quickstart
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    copy = tmp_path / "old"
+    shutil.copytree(out, copy)
+    (copy / "recipe.json").unlink()
+    again = subprocess.run([sys.executable, "-m", "arlgym.cli", "quickstart", "--fast", "--out", str(copy)],
+                           capture_output=True, text=True, timeout=1200)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "reusing" not in again.stdout and "behaviour cloning the tiny model: 20 steps" in again.stdout
+    result = json.loads((copy / "quickstart.json").read_text())
+    assert result["resumed"] == [] and (copy / "recipe.json").exists()
+
+
+@pytest.mark.slow
 def test_research_scripts_run_from_a_quickstart(fast_quickstart, tmp_path):
     """The README's RL diagnostics start from a quickstart's folder: the one-update check and a
     probe with an eval at a chosen step run on the fast run's SFT checkpoint and write their
