@@ -175,9 +175,12 @@ def _cmd_quickstart(args: argparse.Namespace) -> int:
     if args.rl_algos is not None:
         algos = tuple(a.strip().lower() for a in args.rl_algos.split(",") if a.strip())
         bad = [a for a in algos if a not in PRESETS]
-        if not algos or bad:
-            raise ConfigError(f"--rl-algos {args.rl_algos!r}: {'unknown preset(s) ' + str(bad) if bad else 'empty'}; "
-                              f"presets: {', '.join(PRESETS)}. Fix: e.g. --rl-algos grpo,sampo")
+        twice = sorted({a for a in algos if algos.count(a) > 1})
+        if not algos or bad or twice:
+            why = (f"unknown preset(s) {bad}" if bad else f"{twice} named twice (one run folder each)"
+                   if twice else "empty")
+            raise ConfigError(f"--rl-algos {args.rl_algos!r}: {why}; presets: {', '.join(PRESETS)}. "
+                              "Fix: e.g. --rl-algos grpo,sampo")
         cfg.rl_algos = algos
     if cfg.rl_jobs < 1:
         raise ConfigError(f"--rl-jobs must be >= 1, got {cfg.rl_jobs}")
@@ -247,9 +250,9 @@ def build_parser() -> argparse.ArgumentParser:
                                    "a random / SFT / SFT+GRPO / SFT+SAMPO table with every RL "
                                    "effect as a paired difference, SAMPO against GRPO and the "
                                    "collapse alarm's verdicts; saves curves.png, report.md and the "
-                                   "arena report. ~8 min on 2 idle cores; a rerun with the same "
+                                   "arena report. ~6.5 min on 2 idle cores; a rerun with the same "
                                    "--out resumes the RL runs.")
-    p.add_argument("--fast", action="store_true", help="tiny settings (CI smoke run, ~2 min)")
+    p.add_argument("--fast", action="store_true", help="tiny settings (CI smoke run, ~1 min)")
     p.add_argument("--out", default=None, help="output folder (default: runs/quickstart)")
     p.add_argument("--episodes", type=int, default=None, help="expert episodes (default: 2000)")
     p.add_argument("--sft-steps", type=int, default=None,
