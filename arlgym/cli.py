@@ -256,7 +256,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="output folder (default: runs/quickstart)")
     p.add_argument("--episodes", type=int, default=None, help="expert episodes (default: 2000)")
     p.add_argument("--sft-steps", type=int, default=None,
-                   help="SFT optimizer steps (default: 250, a weak start: ~14%% greedy success; 0 = "
+                   help="SFT optimizer steps (default: 250, a weak start: 13-45%% greedy success by seed; 0 = "
                         "3 epochs of the demonstrations, which with --episodes 3000 (927 steps) "
                         "reach ~92%% and leave RL nothing to gain)")
     p.add_argument("--sft-minutes", type=float, default=None,

@@ -9,15 +9,15 @@ arena report.
 
 Why a comparison and not one RL run (measured; README "Set-up", docs/quickstart_one_run.md):
 at this scale one short RL run's greedy effect depends on the start more than on the recipe
-(+6.5 and +9.5 points from two weak starts, −7.0 from a stronger one); what the seeds agree on
-is the *design* — SAMPO − GRPO on the same rooms was +7.0, +11.5, +7.0 and 0.0 points on seeds
-0–3, as SAMPO was the best cell of the CPU arena's 9 × 3 grid and GRPO the weakest stable one.
-The quickstart is that grid's GRPO and SAMPO columns for one seed, with the grid's recipe (12
+(SAMPO +6.5 and +9.5 points from two 13–14% starts, −6.5 to −7.5 from 32–45% starts); what the
+seeds agree on, on average, is the *design* — SAMPO − GRPO on the same rooms was +5.8 ± 2.4
+points over six seeds, as SAMPO was the best cell of the CPU arena's 9 × 3 grid and GRPO the
+weakest stable one. The quickstart is that grid's GRPO and SAMPO columns for one seed, with the grid's recipe (12
 steps of 8 rooms × 4 rollouts, lr 5e-4, ~4 PPO mini-batches a step, validation every 6 steps,
 best kept).
 
-The SFT phase is short on purpose (250 steps: ~14% greedy success, below random moves): it
-leaves RL headroom. Long SFT reaches ~92% by itself (``--sft-steps 0 --episodes 3000``: 3
+The SFT phase is short on purpose (250 steps: 13–45% greedy success depending on the seed,
+13–14% on seeds 0 and 1, below random moves): it leaves RL headroom. Long SFT reaches ~92% by itself (``--sft-steps 0 --episodes 3000``: 3
 epochs, 927 steps), and then a few RL steps have nothing left to gain.
 
 Every phase runs a fixed number of steps (with a progress bar and ETA), never a time budget, so
@@ -57,8 +57,8 @@ class QuickstartConfig:
     #: SFT passes over the demonstrations, used when ``sft_steps`` is 0 (3 epochs of 3,000
     #: rooms = 927 steps reach ~92%: no headroom left for RL)
     sft_epochs: int = 3
-    #: SFT optimizer steps (0: use sft_epochs). 250 on purpose: a weak start (~14% greedy on
-    #: held-out rooms, random moves ~20%) that RL can improve
+    #: SFT optimizer steps (0: use sft_epochs). 250 on purpose: a weak start (13–45% greedy on
+    #: held-out rooms by seed, random moves 26–31%), so RL has headroom
     sft_steps: int = 250
     #: optional guard (minutes): stop SFT when it is spent — the run is then marked cut short
     sft_minutes: float | None = None
