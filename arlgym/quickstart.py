@@ -318,12 +318,13 @@ def _report_lines(cfg: QuickstartConfig, rows: dict[str, dict], effects: dict[st
     written to ``report.md``."""
     what = f"{cfg.sft_steps} steps" if cfg.sft_steps > 0 else f"{cfg.sft_epochs} epochs"
     algos = " and ".join(a.upper() for a in cfg.rl_algos)
+    width = max(10, *(len(name) for name in rows))  # SFT+CISPO_SM is longer than the default names
     lines = [f"Sokoban 6x6/1 box, {cfg.eval_episodes} held-out rooms, greedy "
              f"(SFT: {what} on {cfg.episodes} expert rooms; RL: {algos}, {cfg.rl_steps} steps of "
              f"{cfg.rl_tasks} rooms x {cfg.rl_group_size} each, best of the validations kept):",
-             f"{'policy':10s} {'success':>8s} {'± se':>6s} {'format ok':>9s} {'steps':>6s}"]
+             f"{'policy':{width}s} {'success':>8s} {'± se':>6s} {'format ok':>9s} {'steps':>6s}"]
     for name, r in rows.items():
-        lines.append(f"{name:10s} {r['success_rate']:8.1%} {r['success_se']:6.1%} "
+        lines.append(f"{name:{width}s} {r['success_rate']:8.1%} {r['success_se']:6.1%} "
                      f"{r['format_valid_ratio']:9.1%} {r['mean_steps']:6.2f}")
     for algo, effect in effects.items():
         run = runs[algo]
