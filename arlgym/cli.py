@@ -175,10 +175,8 @@ def _cmd_quickstart(args: argparse.Namespace) -> int:
     if args.rl_algos is not None:
         algos = tuple(a.strip().lower() for a in args.rl_algos.split(",") if a.strip())
         bad = [a for a in algos if a not in PRESETS]
-        twice = sorted({a for a in algos if algos.count(a) > 1})
-        if not algos or bad or twice:
-            why = (f"unknown preset(s) {bad}" if bad else f"{twice} named twice (one run folder each)"
-                   if twice else "empty")
+        if not algos or bad:
+            why = f"unknown preset(s) {bad}" if bad else "empty"
             raise ConfigError(f"--rl-algos {args.rl_algos!r}: {why}; presets: {', '.join(PRESETS)}. "
                               "Fix: e.g. --rl-algos grpo,sampo")
         cfg.rl_algos = algos

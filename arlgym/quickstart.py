@@ -186,14 +186,9 @@ def sampled_eval(policy_spec_or_obj: Any, episodes: int, samples: int, out: Path
     return summary, [sum(v) / len(v) for v in rooms.values()]
 
 
-def _wins_by_room(path: Path) -> dict[str, float]:
-    """task id -> won (0/1) of a greedy eval's episodes file, in the file's (the panel's) order."""
-    wins: dict[str, float] = {}
-    for line in path.read_text().splitlines():
-        if line.strip():
-            row = json.loads(line)
-            wins[row["task_id"]] = float(row["summary"]["won"])
-    return wins
+def _wins_by_room(trajectories: Any) -> dict[str, float]:
+    """task id -> won (0/1) of a greedy eval's episodes, in the eval's (the panel's) order."""
+    return {t.task_id: float(t.won) for t in trajectories}
 
 
 def _paired_on(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
@@ -231,21 +226,20 @@ def arena_spec(cfg: QuickstartConfig, sft_dir: Path, out: Path):
                      seeds=[cfg.seed], base=base)
 
 
-def read_arena_run(folder: Path) -> dict[str, Any]:
-    """One finished RL run of the quickstart's arena, read back: the checkpoint the table
-    reports (best-on-validation when there is one, as ``arlgym arena report`` does, else the
-    last), its test summary and wins per room, the metric rows and the collapse verdict."""
-    checkpoint = "best" if (folder / "eval" / "test-best.jsonl").exists() else "last"
-    test = folder / "eval" / f"test-{checkpoint}.jsonl"
-    summary = json.loads(test.with_suffix(".summary.json").read_text())
-    rows = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()
-            if line.strip()]
-    best = json.loads((folder / "best" / "best.json").read_text()) if checkpoint == "best" else None
-    collapse = json.loads((folder / "collapse.json").read_text()) if (folder / "collapse.json").exists() else None
-    last_step = max((int(r.get("step", 0)) for r in rows), default=0)
-    return {"checkpoint": checkpoint, "best_step": best["step"] if best else last_step,
-            "summary": summary["overall"], "wins": _wins_by_room(test), "rows": rows,
-            "collapse": collapse, "train_s": sum(r.get("time/step_s", 0.0) for r in rows)}
+def read_arena_run(run: Any) -> dict[str, Any]:
+    """One finished RL run of the quickstart's arena (an :class:`arlgym.arena.report.RunResult`),
+    as the table needs it: the checkpoint ``arlgym arena report`` reports (best-on-validation when
+    there is one, else the last), its test summary and wins per room, the metric rows and the
+    report's collapse verdict."""
+    from arlgym.arena.report import pick_checkpoint
+    from arlgym.rollout import load_jsonl
+
+    checkpoint, summary = pick_checkpoint(run, "auto")
+    best = run.evals.get("best", {}).get("best") if checkpoint == "best" else None
+    return {"checkpoint": checkpoint,
+            "best_step": best["step"] if best else max((int(r.get("step", 0)) for r in run.rows), default=0),
+            "summary": summary, "rows": run.rows, "collapse": run.collapse,
+            "wins": _wins_by_room(load_jsonl(run.folder / "eval" / f"test-{checkpoint}.jsonl"))}
 
 
 def _plot(sft_log: list[dict], runs: dict[str, dict[str, Any]], sft_test: float | None, path: Path) -> None:
@@ -406,7 +400,7 @@ def run_quickstart(cfg: QuickstartConfig) -> dict[str, Any]:
     import torch
 
     from arlgym.arena.grid import run_grid, threads_per_run
-    from arlgym.arena.report import write_report
+    from arlgym.arena.report import load_runs, write_report
     from arlgym.sft.collect import CollectConfig, collect_sft
     from arlgym.sft.train import SFTRunConfig, train_sft
 
@@ -415,6 +409,8 @@ def run_quickstart(cfg: QuickstartConfig) -> dict[str, Any]:
     if threads:
         torch.set_num_threads(threads)
     out = Path(cfg.out)
+    spec = arena_spec(cfg, out / "sft", out)
+    spec.validate()  # a bad preset list or field is refused before anything runs
     recipe = _recipe(cfg)
     same_recipe = _check_recipe(out, recipe)
     out.mkdir(parents=True, exist_ok=True)
@@ -466,11 +462,11 @@ def run_quickstart(cfg: QuickstartConfig) -> dict[str, Any]:
     rows = {}
     rows["random"], _ = greedy_eval(make_policy("random", seed=cfg.seed), cfg.eval_episodes,
                                     out / "eval_random.jsonl")
-    rows["SFT"], _ = greedy_eval(f"hf:{sft_dir}", cfg.eval_episodes, out / "eval_sft.jsonl")
-    sft_wins = _wins_by_room(out / "eval_sft.jsonl")
+    rows["SFT"], sft_episodes = _test_rooms_eval(f"hf:{sft_dir}", cfg.eval_episodes,
+                                                 out / "eval_sft.jsonl", temperature=0.0)
+    sft_wins = _wins_by_room(sft_episodes)
     timings["eval_s"] = time.perf_counter() - t
 
-    spec = arena_spec(cfg, sft_dir, out)
     rl_threads = cfg.rl_threads if cfg.rl_threads >= 0 else threads_per_run(cfg.rl_jobs)
     names = " and ".join(a.upper() for a in cfg.rl_algos)
     print(f"[4/5] arena from the SFT checkpoint: {names}, {cfg.rl_steps} steps of {cfg.rl_tasks} "
@@ -490,8 +486,9 @@ def run_quickstart(cfg: QuickstartConfig) -> dict[str, Any]:
     print("[5/5] reading the runs' test evals (same rooms as the SFT eval) and writing the report")
     runs: dict[str, dict[str, Any]] = {}
     effects: dict[str, dict[str, float]] = {}
+    finished = {r.algo: r for r in load_runs([spec.out])}
     for algo in cfg.rl_algos:
-        run = read_arena_run(Path(spec.out) / algo / f"seed-{cfg.seed}")
+        run = read_arena_run(finished[algo])
         run["phase"] = rl_phase_summary(run["rows"], cfg.rl_temperature)
         runs[algo] = run
         rows[f"SFT+{algo.upper()}"] = run["summary"]

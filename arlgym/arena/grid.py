@@ -100,6 +100,10 @@ class ArenaSpec:
             raise ConfigError(f"--algos: unknown preset(s) {bad}; presets: {', '.join(PRESETS)}")
         if not self.seeds:
             raise ConfigError("--seeds: give at least one seed, e.g. --seeds 0,1,2")
+        for flag, values in (("--algos", self.algos), ("--seeds", self.seeds)):
+            twice = sorted({v for v in values if values.count(v) > 1})
+            if twice:  # the two runs would share one folder and write into each other's files
+                raise ConfigError(f"{flag}: {twice} named twice (each run has its own folder)")
         for name, values in [("base", self.base), *self.overrides.items()]:
             try:  # every field name and value checked before anything starts
                 TrainConfig(**{**self.base, **values, "algo": self.algos[0]})

@@ -36,7 +36,7 @@ from typing import Any
 from arlgym.arena.alarm import detect_collapse
 from arlgym.errors import ConfigError
 
-__all__ = ["RunResult", "load_runs", "build_table", "write_report", "DIMENSIONS", "CURVES"]
+__all__ = ["RunResult", "load_runs", "pick_checkpoint", "build_table", "write_report", "DIMENSIONS", "CURVES"]
 
 #: Table 3's rows: design dimension -> presets (paper Table 1 / §4), in the paper's order
 DIMENSIONS: dict[str, list[str]] = {
@@ -175,7 +175,7 @@ def _mean_se(values: Sequence[float]) -> tuple[float, float]:
     return mean, math.sqrt(var / n)
 
 
-def _pick(run: RunResult, checkpoint: str) -> tuple[str, dict[str, Any] | None]:
+def pick_checkpoint(run: RunResult, checkpoint: str) -> tuple[str, dict[str, Any] | None]:
     """(checkpoint used, its overall test metrics) for ``checkpoint`` = best | last | auto."""
     if checkpoint in ("best", "auto") and "best" in run.evals:
         return "best", run.evals["best"]["overall"]
@@ -218,7 +218,7 @@ def build_table(runs: Sequence[RunResult], checkpoint: str = "auto") -> dict[str
             group = sorted(by.get((env, label), []), key=lambda r: r.seed)
             if not group:
                 continue
-            picks = [_pick(r, checkpoint) for r in group]
+            picks = [pick_checkpoint(r, checkpoint) for r in group]
             succ = [p[1]["success_rate"] for p in picks if p[1] is not None]
             score = [p[1].get("mean_score", float("nan")) for p in picks if p[1] is not None]
             m, se = _mean_se(succ)
@@ -409,7 +409,7 @@ def write_flows(runs: Sequence[RunResult], folder: Path, checkpoint: str) -> dic
 
     by = defaultdict(list)
     for r in runs:
-        name, _ = _pick(r, checkpoint)
+        name, _ = pick_checkpoint(r, checkpoint)
         path = r.folder / "eval" / f"test-{name}.jsonl"
         if path.exists():
             by[(r.env_id, r.label)].extend(load_jsonl(path))

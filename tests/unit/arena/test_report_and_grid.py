@@ -116,6 +116,8 @@ def test_plan_layout_and_validation(tmp_path):
     for bad in (ArenaSpec(out="x", algos=["nope"], seeds=[0]),
                 ArenaSpec(out="x", algos=[], seeds=[0]),
                 ArenaSpec(out="x", algos=["grpo"], seeds=[]),
+                ArenaSpec(out="x", algos=["grpo", "grpo"], seeds=[0]),
+                ArenaSpec(out="x", algos=["grpo"], seeds=[1, 1]),
                 ArenaSpec(out="x", algos=["grpo"], seeds=[0], base={"max_stepz": 1})):
         with pytest.raises(ConfigError):
             plan_runs(bad)
