@@ -48,7 +48,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import torch
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-__all__ = ["HFPolicy", "chat_prompt_ids", "vision_messages", "vision_prompt_inputs",
+__all__ = ["HFPolicy", "SampledLogprobRecorder", "chat_prompt_ids", "vision_messages", "vision_prompt_inputs",
            "batch_image_inputs", "TOKEN_ALIGNED_KEYS"]
 
 #: Processor outputs laid out per token (shape (1, prompt length)): padded like the ids.
@@ -69,11 +69,18 @@ def chat_prompt_ids(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:
     return list(tokenizer(rendered, add_special_tokens=False)["input_ids"])
 
 
-def vision_messages(prompt: Any) -> list[dict[str, Any]]:
-    """One user message with list content: the text split at ``<image>``, the image in its place
-    (first when the text has no placeholder). Works with every HF VLM chat template."""
-    text = prompt_text(prompt)
-    before, found, after = text.partition(IMAGE_PLACEHOLDER)
+def vision_messages(prompt: Any, slot_strings: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """One user message with list content: the text split at its last ``<image>``, the image in
+    its place (first when the text has no placeholder). Works with every HF VLM chat template.
+
+    ``slot_strings``: the processor's image-slot token strings; any of them elsewhere in the text
+    (model-written, echoed by the env) is shown as ``(image)`` (see
+    :mod:`arlgym.policies.special_tokens`, rule 3). Earlier ``<image>`` occurrences always are.
+    """
+    from arlgym.policies.special_tokens import escape_image_text
+
+    text = escape_image_text(prompt_text(prompt), slot_strings, IMAGE_PLACEHOLDER)
+    before, found, after = text.rpartition(IMAGE_PLACEHOLDER)
     if not found:
         return [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": text}]}]
     content: list[dict[str, Any]] = []
@@ -95,8 +102,10 @@ def vision_prompt_inputs(processor: Any, prompt: Any) -> tuple[list[int], dict[s
     image = prompt_image(prompt)
     if not isinstance(image, Image.Image):
         image = Image.fromarray(np.asarray(image, dtype=np.uint8))
-    rendered = processor.apply_chat_template(vision_messages(prompt), tokenize=False,
-                                             add_generation_prompt=True)
+    from arlgym.policies.special_tokens import image_slot_token_strings
+
+    messages = vision_messages(prompt, image_slot_token_strings(processor))
+    rendered = processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     out = processor(text=rendered, images=[image], return_tensors="pt", add_special_tokens=False)
     ids = out["input_ids"][0].tolist()
     inputs = {k: v for k, v in out.items() if k not in _NOT_IMAGE_INPUTS and hasattr(v, "shape")}
@@ -196,6 +205,10 @@ class HFPolicy:
             tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         )
         self.eos_token_ids: frozenset[int] = self._eos_ids(model, tokenizer)
+        from arlgym.policies.special_tokens import image_slot_token_ids
+
+        #: ids never sampled: a VLM's image-slot tokens (:mod:`arlgym.policies.special_tokens`)
+        self.suppressed_token_ids: frozenset[int] = image_slot_token_ids(processor, model)
 
     @staticmethod
     def _eos_ids(model: Any, tokenizer: Any) -> frozenset[int]:
@@ -264,14 +277,14 @@ class HFPolicy:
         """A complete config, so nothing leaks in from a checkpoint's generation_config."""
         from transformers import GenerationConfig
 
-        sample = not sampling.greedy
+        # Temperature, top-k and top-p are *not* set here: :meth:`_logits_processors` applies
+        # them after the log-prob recorder, in generate's own order, so sampling is unchanged.
         return GenerationConfig(
             max_new_tokens=sampling.max_new_tokens,
-            do_sample=sample,
-            # Greedy decoding ignores these; leaving them unset avoids transformers' warnings.
-            temperature=sampling.temperature if sample else None,
-            top_p=sampling.top_p if sample else None,
-            top_k=sampling.top_k if sample else None,
+            do_sample=not sampling.greedy,
+            temperature=1.0,
+            top_p=1.0,
+            top_k=0,
             repetition_penalty=1.0,
             no_repeat_ngram_size=0,
             min_length=0,
@@ -279,8 +292,29 @@ class HFPolicy:
             eos_token_id=sorted(self.eos_token_ids),
             pad_token_id=self.pad_token_id,
             return_dict_in_generate=True,
-            output_logits=True,
         )
+
+    def _logits_processors(self, sampling: SamplingParams, recorder: Any) -> Any:
+        """The recorder first (it must see the raw logits), then exactly the warpers that
+        ``generate`` itself would build from the sampling parameters, in its order."""
+        from transformers import (
+            LogitsProcessorList,
+            TemperatureLogitsWarper,
+            TopKLogitsWarper,
+            TopPLogitsWarper,
+        )
+
+        procs: list[Any] = [recorder]
+        if not sampling.greedy:
+            if sampling.temperature != 1.0:
+                procs.append(TemperatureLogitsWarper(sampling.temperature))
+            if sampling.top_k:
+                procs.append(TopKLogitsWarper(top_k=sampling.top_k))
+            if sampling.top_p < 1.0:
+                procs.append(TopPLogitsWarper(top_p=sampling.top_p))
+        if self.suppressed_token_ids:
+            procs.append(_Suppress(self.suppressed_token_ids))
+        return LogitsProcessorList(procs)
 
     def _generate_batch(self, prompt_ids: list[list[int]], sampling: SamplingParams,
                         images: list[dict[str, Any] | None] | None = None) -> list[Completion]:
@@ -298,18 +332,18 @@ class HFPolicy:
         if images and images[0] is not None:
             extra = {k: v.to(device) for k, v in
                      batch_image_inputs(images, total=width, left=True).items()}  # type: ignore[arg-type]
+        temperature = 1.0 if sampling.greedy else sampling.temperature
+        recorder = SampledLogprobRecorder(temperature)
         out = self.model.generate(
             input_ids=b_input.to(device),
             attention_mask=b_mask.to(device),
             generation_config=self._generation_config(sampling),
+            logits_processor=self._logits_processors(sampling, recorder),
             **extra,
         )
-        b_new = out.sequences[:, width:].cpu()  # (B, T_new)
-        # (B, T_new, V) raw logits of the steps that produced b_new -> log-probs of the tokens.
-        temperature = 1.0 if sampling.greedy else sampling.temperature
-        b_logits = torch.stack(out.logits, dim=1).float().cpu()
-        b_logp = torch.log_softmax(b_logits / temperature, dim=-1)
-        b_token_logp = b_logp.gather(-1, b_new.unsqueeze(-1)).squeeze(-1)  # (B, T_new)
+        b_new = out.sequences[:, width:]  # (B, T_new)
+        b_token_logp = recorder.finish(b_new).cpu()  # (B, T_new)
+        b_new = b_new.cpu()
 
         completions = []
         for row, ids in enumerate(prompt_ids):
@@ -329,3 +363,67 @@ class HFPolicy:
                 )
             )
         return completions
+
+
+class SampledLogprobRecorder:
+    """A logits processor that keeps each sampled token's log-prob and nothing of size V after
+    the step that needed it.
+
+    ``generate(output_logits=True)`` would keep every step's (B, V) logits until the end — at a
+    151,936-token vocabulary 0.6 MB per row per token, ~150 GiB for a 128 × 512 rollout batch.
+    Placed first in the processor list, this sees each step's raw logits, keeps
+    ``z = logits / T`` for one step, and when the next step shows which token was drawn (the
+    last column of ``input_ids``), stores ``z[token] − logsumexp(z)`` (B floats) and drops
+    ``z``; :meth:`finish` takes the last step's token from the returned sequences. Peak extra
+    memory: one (B, V) float32 copy.
+    """
+
+    def __init__(self, temperature: float) -> None:
+        self.temperature = float(temperature)
+        self._values: list[torch.Tensor] = []
+        self._pending: torch.Tensor | None = None
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        if self._pending is not None:
+            self._take(input_ids[:, -1])
+        z = scores.float()
+        self._pending = z / self.temperature if self.temperature != 1.0 else z.clone()
+        return scores
+
+    def _take(self, tokens: torch.Tensor) -> None:
+        import torch
+
+        z = self._pending
+        assert z is not None
+        picked = z.gather(1, tokens.to(z.device).unsqueeze(1)).squeeze(1)
+        self._values.append(picked - torch.logsumexp(z, dim=-1))
+        self._pending = None
+
+    def finish(self, new_tokens: torch.Tensor) -> torch.Tensor:
+        """Log-probs (B, T_new) of ``new_tokens``, the tokens generate returned after the prompt."""
+        import torch
+
+        if self._pending is not None:
+            self._take(new_tokens[:, -1])
+        if len(self._values) != new_tokens.shape[1]:
+            raise RuntimeError(f"recorded {len(self._values)} sampling steps for "
+                               f"{new_tokens.shape[1]} generated tokens")
+        if not self._values:
+            return new_tokens.new_zeros(new_tokens.shape, dtype=torch.float32)
+        return torch.stack(self._values, dim=1)
+
+
+class _Suppress:
+    """Masks token ids out of the sampling distribution (after the recorder: see
+    :mod:`arlgym.policies.special_tokens`)."""
+
+    def __init__(self, ids: frozenset[int]) -> None:
+        self.ids = sorted(ids)
+        self._index: torch.Tensor | None = None
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        import torch
+
+        if self._index is None or self._index.device != scores.device:
+            self._index = torch.tensor(self.ids, dtype=torch.long, device=scores.device)
+        return scores.index_fill(1, self._index, float("-inf"))
