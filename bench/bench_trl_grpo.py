@@ -34,7 +34,7 @@ What the two sides compute differently:
 * TRL forwards the whole batch at once, padded to the longest prompt + completion; arlgym packs
   token-budgeted micro-batches (16,384 tokens, one here) and, with ``share_prompts``, runs a
   group's shared prompt once.
-* arlgym's sampler also returns each sampled token's log-prob (``output_logits``).
+* arlgym's sampler also returns each sampled token's log-prob (recorded per step, O(B × V)).
 
 Both sides run with ``--threads`` torch threads (default 1). The tiny model's matrices are so
 small that a second thread gains little, and on a machine whose cores are busy with other work
@@ -93,13 +93,24 @@ def _since(start: tuple[float, float]) -> tuple[float, float]:
     return wall - start[0], cpu - start[1]
 
 
-def _timed(fn: Any, log: list[tuple[float, float]]) -> Any:
-    """``fn`` wrapped to append its (wall, CPU) seconds to ``log`` on every call."""
+#: The phase running now ("gen" inside a timed generation call, else "train"); bench_memory.py
+#: attributes its RSS samples by it.
+PHASE = "train"
+
+
+def _timed(fn: Any, log: list[tuple[float, float]], phase: str | None = None) -> Any:
+    """``fn`` wrapped to append its (wall, CPU) seconds to ``log`` on every call (and to set
+    :data:`PHASE` to ``phase`` while it runs)."""
     def wrapper(*a: Any, **k: Any) -> Any:
+        global PHASE
         start = _now()
+        if phase:
+            PHASE = phase
         try:
             return fn(*a, **k)
         finally:
+            if phase:
+                PHASE = "train"
             log.append(_since(start))
     return wrapper
 
@@ -183,7 +194,8 @@ def run_trl(args: argparse.Namespace, out_dir: str) -> dict[str, Any]:
                                   train_dataset=Dataset.from_list(rows), processing_class=tokenizer,
                                   callbacks=[clock])
     # an instance attribute shadows the method: times the whole generate-and-score phase
-    trainer._generate_and_score_completions = _timed(trainer._generate_and_score_completions, gen_log)
+    trainer._generate_and_score_completions = _timed(trainer._generate_and_score_completions, gen_log,
+                                                        "gen")
     setup_rss = _rss_mib()
     trainer.train()
     steps = []
@@ -221,7 +233,7 @@ def run_arlgym(args: argparse.Namespace, share_prompts: bool, out_dir: str) -> d
         return update(samples, adv)
 
     # instance attributes shadow the methods, so train_step calls the timed versions
-    trainer._rollout = _timed(trainer._rollout, gen_log)
+    trainer._rollout = _timed(trainer._rollout, gen_log, "gen")
     trainer._update = _timed(counting_update, update_log)
     setup_rss = _rss_mib()
     steps = []

@@ -20,6 +20,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from arlgym.rl.logprobs import selective_logprobs
+
 __all__ = [
     "TokenSample",
     "PackedBatch",
@@ -71,11 +73,17 @@ class TokenSample:
         return len(self.prompt_ids) + len(self.response_ids)
 
 
-def token_samples(trajectories: Sequence[Any]) -> list[TokenSample]:
+def token_samples(trajectories: Sequence[Any], *,
+                  stop_ids: frozenset[int] = frozenset()) -> list[TokenSample]:
     """Flatten :class:`~arlgym.rollout.Trajectory` objects into token samples.
 
     Turns whose response has no token ids (scripted policies) cannot be trained on and raise.
+    ``stop_ids``: a VLM's image-slot token ids; a response holding one is trained only up to it
+    (``extra["cut_at_image_slot"]``; :mod:`arlgym.policies.special_tokens`, rule 2), since the
+    model would otherwise look for an image that is not there.
     """
+    from arlgym.policies.special_tokens import truncate_at
+
     out: list[TokenSample] = []
     for traj in trajectories:
         ret = float(traj.episode_return)
@@ -85,14 +93,16 @@ def token_samples(trajectories: Sequence[Any]) -> list[TokenSample]:
                     f"trajectory {traj.traj_id} step {s.step} has no token ids; RL needs a model "
                     "policy that returns prompt/response token ids (hf:, vllm:)"
                 )
+            response, logprobs, cut = truncate_at(s.response_token_ids, s.logprobs, stop_ids)
             out.append(TokenSample(
                 uid=s.uid, traj_id=s.traj_id, step=s.step, anchor=s.anchor,
                 step_reward=float(s.step_reward), episode_return=ret,
                 format_penalty=float(s.format_penalty), format_valid=bool(s.format_valid),
                 action_valid=bool(s.action_valid), won=bool(traj.won),
-                prompt_ids=list(s.prompt_token_ids), response_ids=list(s.response_token_ids),
-                rollout_logprobs=list(s.logprobs) if s.logprobs is not None else None,
+                prompt_ids=list(s.prompt_token_ids), response_ids=response,
+                rollout_logprobs=logprobs,
                 image_inputs=getattr(s, "image_inputs", None),
+                extra={"cut_at_image_slot": True} if cut else {},
             ))
     return out
 
@@ -213,15 +223,12 @@ def response_logprobs(
     positions = None if images and uses_mrope(model) else batch.position_ids
     out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
                 position_ids=positions, logits_to_keep=r + 1, use_cache=False, **images)
-    logits = out.logits[:, :-1, :].float()  # column P-1+k predicts response token k
-    if temperature != 1.0:
-        logits = logits / temperature
-    logp_all = torch.log_softmax(logits, dim=-1)
-    logp = logp_all.gather(-1, batch.response_ids.unsqueeze(-1)).squeeze(-1)
+    # column P-1+k predicts response token k; no full-vocabulary float32 copy (see logprobs.py)
+    logp, entropy = selective_logprobs(out.logits, batch.response_ids, temperature=temperature,
+                                       with_entropy=with_entropy)
     logp = logp * batch.response_mask
-    entropy = None
-    if with_entropy:
-        entropy = -(logp_all.exp() * logp_all).sum(-1) * batch.response_mask
+    if entropy is not None:
+        entropy = entropy * batch.response_mask
     return logp, entropy
 
 
@@ -334,12 +341,9 @@ def shared_prompt_logprobs(
     r = batch.response_width
     out = model(input_ids=batch.suffix_ids, attention_mask=mask, position_ids=batch.suffix_positions,
                 past_key_values=cache, use_cache=True, logits_to_keep=r + 1)
-    logits = out.logits[:, :r, :].float()
-    if temperature != 1.0:
-        logits = logits / temperature
-    logp_all = torch.log_softmax(logits, dim=-1)
-    logp = logp_all.gather(-1, batch.response_ids.unsqueeze(-1)).squeeze(-1) * batch.response_mask
-    entropy = None
-    if with_entropy:
-        entropy = -(logp_all.exp() * logp_all).sum(-1) * batch.response_mask
+    logp, entropy = selective_logprobs(out.logits, batch.response_ids, temperature=temperature,
+                                       with_entropy=with_entropy)
+    logp = logp * batch.response_mask
+    if entropy is not None:
+        entropy = entropy * batch.response_mask
     return logp, entropy

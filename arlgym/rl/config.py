@@ -84,6 +84,11 @@ class TrainConfig:
     mini_batch_size: int = _f(0, "Turn samples per optimizer step (0: the whole batch, i.e. "
                                  "on-policy; smaller values make later mini-batches off-policy).")
     micro_batch_tokens: int = _f(16384, "Token budget of one forward/backward micro-batch.")
+    micro_batch_logits_mb: float = _f(1024.0, "Memory budget (MiB, counted at 4 bytes a logit) "
+                                              "of one micro-batch's response logits: response "
+                                              "tokens x vocabulary. At a real vocabulary (151,936) "
+                                              "this, not micro_batch_tokens, bounds a micro-batch "
+                                              "(1 GiB: ~1,700 response tokens); docs/scale.md.")
     grad_clip: float = _f(1.0, "Max gradient norm (Table 6: 1.0).")
     gradient_checkpointing: bool = _f(False, "Recompute activations in the backward pass: far "
                                              "less memory for long multi-turn samples (paper "
@@ -181,7 +186,8 @@ _RANGES: dict[str, Any] = {
     "top_p": (0, 1), "top_k": (0, None), "max_new_tokens": (1, None),
     "generation_batch_size": (1, None), "lr": "gt0", "weight_decay": (0, None),
     "warmup_steps": (0, None), "ppo_epochs": (1, None), "mini_batch_size": (0, None),
-    "micro_batch_tokens": (1, None), "grad_clip": (0, None), "lora_r": (0, None),
+    "micro_batch_tokens": (1, None), "micro_batch_logits_mb": "gt0", "grad_clip": (0, None),
+    "lora_r": (0, None),
     "lora_alpha": "gt0", "gamma": (0, 1), "step_weight": (0, None), "clip_low": (0, None),
     "clip_high": (0, None), "seq_mask_delta": (0, None), "kl_coef": (0, None),
     "max_tries": (1, None), "cold_start_steps": (0, None),

@@ -50,6 +50,7 @@ from arlgym.rl.batching import (
 )
 from arlgym.rl.config import TrainConfig, check_env
 from arlgym.rl.distributed import check_rollout_support, full_weights, set_launcher_env
+from arlgym.rl.logprobs import logit_rows_budget
 from arlgym.rl.lora import adapters_disabled, apply_lora, merged_copy, merged_weights
 from arlgym.rl.losses import policy_loss
 from arlgym.rl.presets import advantage_kwargs, get_preset, make_sampler, policy_loss_kwargs
@@ -108,8 +109,10 @@ def resolve_algorithm(cfg: TrainConfig) -> dict[str, Any]:
 
 
 def _micro_batches(samples: list[TokenSample], order: list[int], budget: int,
-                   share_prompts: bool = False) -> list[list[int]]:
-    """Split ``order`` into micro-batches whose padded token area stays within ``budget``.
+                   share_prompts: bool = False, logit_rows: int | None = None) -> list[list[int]]:
+    """Split ``order`` into micro-batches whose padded token area stays within ``budget`` and
+    whose response logits (one row of the vocabulary per response token + 1) stay within
+    ``logit_rows`` (None: no such bound; see :func:`arlgym.rl.logprobs.logit_rows_budget`).
 
     Samples are grouped by similar length first (sorted), so padding stays small. With
     ``share_prompts`` the units are groups of samples with one prompt, kept whole, and a unit
@@ -119,16 +122,19 @@ def _micro_batches(samples: list[TokenSample], order: list[int], budget: int,
     units.sort(key=lambda u: (len(samples[u[0]].prompt_ids), max(len(samples[i].response_ids) for i in u)))
     out: list[list[int]] = []
     cur: list[int] = []
-    cost = 0
+    cost = rows = 0
+    row_cap = logit_rows if logit_rows is not None else float("inf")
     for unit in units:
         p = len(samples[unit[0]].prompt_ids)
         r = max(len(samples[i].response_ids) for i in unit)
         c = p + len(unit) * (r + 1) if share_prompts and len(unit) > 1 else len(unit) * (p + r)
-        if cur and cost + c > budget:
+        lr = len(unit) * (r + 1)
+        if cur and (cost + c > budget or rows + lr > row_cap):
             out.append(cur)
-            cur, cost = [], 0
+            cur, cost, rows = [], 0, 0
         cur += unit
         cost += c
+        rows += lr
     if cur:
         out.append(cur)
     return out
@@ -221,6 +227,10 @@ class Trainer:
         self.processor = load_processor(cfg.model) if is_vision_model(model) else None
         if self.processor is not None:
             self.tokenizer = self.processor.tokenizer
+        self.logit_rows = logit_rows_budget(cfg.micro_batch_logits_mb, model)
+        from arlgym.policies.special_tokens import image_slot_token_ids
+
+        self.image_slot_ids = image_slot_token_ids(self.processor, model)
         self.lora = cfg.lora_r > 0
         if self.lora:
             model = apply_lora(model, cfg.lora_r, cfg.lora_alpha, target_modules=cfg.lora_target_modules)
@@ -426,7 +436,7 @@ class Trainer:
             if not self.use_ref:
                 return False
         for mb in _micro_batches(samples, list(range(len(samples))), self.cfg.micro_batch_tokens,
-                                 self.share_prompts):
+                                 self.share_prompts, self.logit_rows):
             sub = [samples[i] for i in mb]
             logp, ent = None, None
             if not from_rollout:
@@ -488,7 +498,8 @@ class Trainer:
                 tokens = sum(len(samples[i].response_ids) for i in chunk)
                 g_tokens = max(1.0, self._all_sum(tokens))
                 g_seqs = max(1.0, self._all_sum(len(chunk)))
-                micro = _micro_batches(samples, chunk, cfg.micro_batch_tokens, self.share_prompts) if chunk else []
+                micro = (_micro_batches(samples, chunk, cfg.micro_batch_tokens, self.share_prompts,
+                                        self.logit_rows) if chunk else [])
                 n_micro = self._all_max(len(micro))
                 micro += [[]] * (n_micro - len(micro))
                 chunk_loss = {key: 0.0 for key in step_losses}
@@ -539,7 +550,7 @@ class Trainer:
         groups, rolled, fmetrics = self._rollout()
         t_roll = time.perf_counter() - t0
         trajs = [t for g in groups for t in g]
-        samples = token_samples(trajs)
+        samples = token_samples(trajs, stop_ids=self.image_slot_ids)
         adv_kw = advantage_kwargs(self.algo)
         adv_name = adv_kw.pop("name")
         recomputed = self._fill_logprobs(samples, need_entropy=(adv_name == "empg"))
@@ -559,6 +570,8 @@ class Trainer:
             "env/turns": float(sum(t.length for t in rolled)),  # responses sampled, kept or not (per rank)
         }
         metrics.update(env)
+        if self.image_slot_ids:
+            metrics["rollout/image_slot_cut"] = float(sum("cut_at_image_slot" in s.extra for s in samples))
         if recomputed:
             metrics.update(rollout_mismatch_metrics(samples))
         metrics.update({k: float(v) for k, v in fmetrics.items()})
