@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from arlgym.rl.logprobs import selective_logprobs
+from arlgym.rl.logprobs import fused_logprobs, lm_head_passthrough, selective_logprobs
 
 __all__ = [
     "TokenSample",
@@ -209,26 +209,44 @@ def response_logprobs(
     *,
     temperature: float = 1.0,
     with_entropy: bool = False,
+    fused: bool = False,
 ) -> tuple[Tensor, Tensor | None]:
     """Log-probs (B, R) of the response tokens under ``model`` (and token entropies (B, R)).
 
     ``log_softmax(logits / temperature)``, the distribution the sampler drew from (verl and
     ARLArena divide by the rollout temperature the same way). Gradients flow when called
-    outside ``torch.no_grad()``. Padding positions hold 0.
+    outside ``torch.no_grad()``. Padding positions hold 0. ``fused``: never materialise the
+    logits (:func:`arlgym.rl.logprobs.fused_logprobs`); else the response columns' logits are
+    materialised in the model's dtype (:func:`arlgym.rl.logprobs.selective_logprobs`).
     """
     r = batch.response_width
     images = batch.image_inputs or {}
     # Vision turns: the image tensors go in with the ids; a Qwen-VL-style model derives its 3-D
     # rotary positions from ids, image grid and attention mask itself (as generate does).
     positions = None if images and uses_mrope(model) else batch.position_ids
-    out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
-                position_ids=positions, logits_to_keep=r + 1, use_cache=False, **images)
-    # column P-1+k predicts response token k; no full-vocabulary float32 copy (see logprobs.py)
-    logp, entropy = selective_logprobs(out.logits, batch.response_ids, temperature=temperature,
+    def run() -> Any:
+        return model(input_ids=batch.input_ids, attention_mask=batch.attention_mask,
+                     position_ids=positions, logits_to_keep=r + 1, use_cache=False, **images)
+
+    # column P-1+k predicts response token k
+    return _head_logprobs(model, run, batch.response_ids, batch.response_mask,
+                          temperature=temperature, with_entropy=with_entropy, fused=fused)
+
+
+def _head_logprobs(model: Any, run: Any, response_ids: Tensor, response_mask: Tensor, *,
+                   temperature: float, with_entropy: bool, fused: bool
+                   ) -> tuple[Tensor, Tensor | None]:
+    """``run()`` is the model call whose output columns ``0..R-1`` score ``response_ids``."""
+    if fused:
+        with lm_head_passthrough(model) as head:
+            hidden = run().logits
+        return fused_logprobs(hidden, head, response_ids, response_mask,
+                              temperature=temperature, with_entropy=with_entropy)
+    logp, entropy = selective_logprobs(run().logits, response_ids, temperature=temperature,
                                        with_entropy=with_entropy)
-    logp = logp * batch.response_mask
+    logp = logp * response_mask
     if entropy is not None:
-        entropy = entropy * batch.response_mask
+        entropy = entropy * response_mask
     return logp, entropy
 
 
@@ -324,6 +342,7 @@ def shared_prompt_logprobs(
     *,
     temperature: float = 1.0,
     with_entropy: bool = False,
+    fused: bool = False,
 ) -> tuple[Tensor, Tensor | None]:
     """Like :func:`response_logprobs`, running each distinct prompt once.
 
@@ -339,11 +358,11 @@ def shared_prompt_logprobs(
         layer.values = layer.values.index_select(0, batch.member_group)
     mask = torch.cat([batch.prefix_mask.index_select(0, batch.member_group), batch.suffix_mask], dim=1)
     r = batch.response_width
-    out = model(input_ids=batch.suffix_ids, attention_mask=mask, position_ids=batch.suffix_positions,
-                past_key_values=cache, use_cache=True, logits_to_keep=r + 1)
-    logp, entropy = selective_logprobs(out.logits, batch.response_ids, temperature=temperature,
-                                       with_entropy=with_entropy)
-    logp = logp * batch.response_mask
-    if entropy is not None:
-        entropy = entropy * batch.response_mask
-    return logp, entropy
+
+    def run() -> Any:
+        return model(input_ids=batch.suffix_ids, attention_mask=mask,
+                     position_ids=batch.suffix_positions, past_key_values=cache, use_cache=True,
+                     logits_to_keep=r + 1)
+
+    return _head_logprobs(model, run, batch.response_ids, batch.response_mask,
+                          temperature=temperature, with_entropy=with_entropy, fused=fused)

@@ -84,6 +84,15 @@ class TrainConfig:
     mini_batch_size: int = _f(0, "Turn samples per optimizer step (0: the whole batch, i.e. "
                                  "on-policy; smaller values make later mini-batches off-policy).")
     micro_batch_tokens: int = _f(16384, "Token budget of one forward/backward micro-batch.")
+    lm_head: str = _f("fused", "How the update turns hidden states into response log-probs. "
+                               "fused: TRL's chunked log-prob kernel projects only the real response "
+                               "tokens, tile by tile, and never materialises the logits (memory "
+                               "independent of the vocabulary; one more LM-head pass in the "
+                               "backward). materialized: the response columns' logits in the "
+                               "model's dtype, then a chunked selective log-softmax (logits + their "
+                               "gradient in memory, bounded by micro_batch_logits_mb). A model whose "
+                               "head is not a plain projection (logit softcapping/scaling) falls "
+                               "back to materialized. docs/scale.md.")
     micro_batch_logits_mb: float = _f(1024.0, "Memory budget (MiB, counted at 4 bytes a logit) "
                                               "of one micro-batch's response logits: response "
                                               "tokens x vocabulary. At a real vocabulary (151,936) "
@@ -149,6 +158,8 @@ class TrainConfig:
             raise ConfigError("num_tasks and group_size must be >= 1")
         if self.old_logprobs not in ("auto", "recompute", "rollout"):
             raise ConfigError(f"old_logprobs must be auto, recompute or rollout, got {self.old_logprobs!r}")
+        if self.lm_head not in ("fused", "materialized"):
+            raise ConfigError(f"lm_head must be fused or materialized, got {self.lm_head!r}")
         if self.rollout_engine not in ("auto", "hf", "vllm"):
             raise ConfigError(f"rollout_engine must be auto, hf or vllm, got {self.rollout_engine!r}")
         if self.save_best and self.eval_steps <= 0:

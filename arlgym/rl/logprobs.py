@@ -27,7 +27,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-__all__ = ["CHUNK_BYTES", "logit_rows_budget", "selective_logprobs", "reference_logprobs"]
+__all__ = ["CHUNK_BYTES", "FUSED_VOCAB_TILE", "fused_head_unsupported", "fused_logprobs",
+           "lm_head_passthrough", "logit_rows_budget", "reference_logprobs", "resolve_lm_head",
+           "selective_logprobs"]
 
 #: float32 bytes of one forward/backward chunk of rows (bounds the transient memory).
 CHUNK_BYTES = 64 * 1024 * 1024
@@ -145,3 +147,89 @@ def _vocab_size(model: object) -> int:
     config = getattr(inner, "config", None)
     text = getattr(config, "text_config", None) or config
     return int(text.vocab_size)
+
+
+# ---------------------------------------------------------------------------------------------
+# The fused path: never materialise the logits. The model runs with its LM head passed through
+# (it returns the final hidden states of the kept columns), and TRL's ChunkedLogProbFunction
+# projects only the real response positions, tile by tile, recomputing the tiles in the
+# backward. Memory beyond the model: one tile and the (V, H) head gradient; compute: one more
+# LM-head pass in the backward than the materialised path.
+# ---------------------------------------------------------------------------------------------
+
+#: Vocabulary columns per tile of the fused path (TRL's own default is 32,768; smaller tiles
+#: keep its float32 tile buffer of up to 4,096 tokens × this at 128 MiB).
+FUSED_VOCAB_TILE = 8192
+_HEAD_SCALE_ATTRS = ("final_logit_softcapping", "logit_scale", "output_multiplier",
+                     "lm_head_multiplier", "logits_scaling")
+
+
+def fused_head_unsupported(model: object) -> str | None:
+    """Why the fused path cannot run this model (None: it can): it needs the LM head to be a
+    plain linear projection applied right after the backbone."""
+    inner = getattr(model, "module", model)
+    head = inner.get_output_embeddings() if hasattr(inner, "get_output_embeddings") else None
+    if not isinstance(head, torch.nn.Linear):
+        return f"its output embeddings are {type(head).__name__}, not a linear layer"
+    config = getattr(inner, "config", None)
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    for attr in _HEAD_SCALE_ATTRS:
+        if getattr(text, attr, None) not in (None, 1, 1.0):
+            return f"its config sets {attr}={getattr(text, attr)!r} (logits are rescaled after the head)"
+    return None
+
+
+class lm_head_passthrough:  # noqa: N801 - a context manager used like a function
+    """While active, the model's LM head returns its input: ``model(...).logits`` holds the
+    final hidden states of the kept columns. Patched on the module instance, so it works through
+    DDP/Accelerate wrappers (their forward reaches the same head)."""
+
+    def __init__(self, model: object) -> None:
+        inner = getattr(model, "module", model)
+        self.head: torch.nn.Linear = inner.get_output_embeddings()
+
+    def __enter__(self) -> torch.nn.Linear:
+        self.head.forward = _identity  # type: ignore[method-assign]
+        return self.head
+
+    def __exit__(self, *exc: object) -> None:
+        del self.head.forward
+
+
+def _identity(x: Tensor) -> Tensor:
+    return x
+
+
+def fused_logprobs(hidden: Tensor, head: torch.nn.Linear, ids: Tensor, mask: Tensor, *,
+                   temperature: float = 1.0, with_entropy: bool = False
+                   ) -> tuple[Tensor, Tensor | None]:
+    """Log-probs (and entropies) (B, R) of ``ids`` from final hidden states (B, L ≥ R, H): column
+    ``k`` of ``hidden`` scores ``ids[:, k]``; positions where ``mask`` is 0 hold 0 and cost
+    nothing (only the real response tokens are projected)."""
+    from trl.kernels import ChunkedLogProbFunction
+
+    r = ids.shape[1]
+    keep = mask.bool()
+    h = hidden[:, :r, :][keep]
+    outputs = ("entropy",) if with_entropy else ()
+    lp, ent, *_ = ChunkedLogProbFunction.apply(h, head.weight, head.bias, ids[keep],
+                                               float(temperature), FUSED_VOCAB_TILE, None, 1.0,
+                                               outputs)
+    logp = lp.new_zeros(keep.shape).masked_scatter(keep, lp)
+    entropy = ent.new_zeros(keep.shape).masked_scatter(keep, ent) if with_entropy else None
+    return logp, entropy
+
+
+def resolve_lm_head(mode: str, model: object) -> bool:
+    """Whether the trainer uses the fused path for ``mode`` (``fused`` | ``materialized``); a
+    model the fused path cannot run falls back to materialized with a warning saying why."""
+    if mode != "fused":
+        return False
+    why = fused_head_unsupported(model)
+    if why is not None:
+        import warnings
+
+        warnings.warn(f"lm_head=fused: this model cannot use the fused path ({why}); using "
+                      "lm_head=materialized", stacklevel=2)
+        return False
+    return True

@@ -50,7 +50,7 @@ from arlgym.rl.batching import (
 )
 from arlgym.rl.config import TrainConfig, check_env
 from arlgym.rl.distributed import check_rollout_support, full_weights, set_launcher_env
-from arlgym.rl.logprobs import logit_rows_budget
+from arlgym.rl.logprobs import logit_rows_budget, resolve_lm_head
 from arlgym.rl.lora import adapters_disabled, apply_lora, merged_copy, merged_weights
 from arlgym.rl.losses import policy_loss
 from arlgym.rl.presets import advantage_kwargs, get_preset, make_sampler, policy_loss_kwargs
@@ -142,6 +142,7 @@ def _micro_batches(samples: list[TokenSample], order: list[int], budget: int,
 
 def sample_logprobs(model: Any, sub: list[TokenSample], pad_id: int, device: Any, *,
                     temperature: float, with_entropy: bool, share_prompts: bool,
+                    fused: bool = False,
                     ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
     """Response log-probs (B, R), entropies and the response mask of ``sub``, in its order.
 
@@ -170,11 +171,13 @@ def sample_logprobs(model: Any, sub: list[TokenSample], pad_id: int, device: Any
 
     if shared:
         batch = pack_shared([[sub[i] for i in g] for g in shared], pad_id, device)
-        lp, en = shared_prompt_logprobs(model, batch, temperature=temperature, with_entropy=with_entropy)
+        lp, en = shared_prompt_logprobs(model, batch, temperature=temperature,
+                                        with_entropy=with_entropy, fused=fused)
         add(lp, en, [i for g in shared for i in g])
     if single:
         batch = pack([sub[i] for i in single], pad_id, device)
-        lp, en = response_logprobs(model, batch, temperature=temperature, with_entropy=with_entropy)
+        lp, en = response_logprobs(model, batch, temperature=temperature,
+                                   with_entropy=with_entropy, fused=fused)
         add(lp, en, single)
     inverse = torch.empty(len(sub), dtype=torch.long)
     inverse[torch.tensor(rows)] = torch.arange(len(sub))
@@ -228,6 +231,9 @@ class Trainer:
         if self.processor is not None:
             self.tokenizer = self.processor.tokenizer
         self.logit_rows = logit_rows_budget(cfg.micro_batch_logits_mb, model)
+        self.fused_head = resolve_lm_head(cfg.lm_head, model)
+        if self.fused_head:  # the logits are never materialised: no logits bound needed
+            self.logit_rows = None
         from arlgym.policies.special_tokens import image_slot_token_ids
 
         self.image_slot_ids = image_slot_token_ids(self.processor, model)
@@ -410,7 +416,7 @@ class Trainer:
     def _logprobs(self, model: Any, sub: list[TokenSample], with_entropy: bool):
         return sample_logprobs(model, sub, self.tokenizer.pad_token_id, self.accelerator.device,
                                temperature=self.cfg.temperature, with_entropy=with_entropy,
-                               share_prompts=self.share_prompts)
+                               share_prompts=self.share_prompts, fused=self.fused_head)
 
     def _old_from_rollout(self, samples: list[TokenSample], need_entropy: bool) -> bool:
         """Whether this step takes the old log-probs from the sampler (see ``old_logprobs``)."""

@@ -84,3 +84,107 @@ def test_bad_shapes_are_refused():
         selective_logprobs(logits[:, :2], ids)
     with pytest.raises(ValueError, match="temperature"):
         selective_logprobs(logits, ids, temperature=0.0)
+
+
+# --------------------------------------------------------------------------- the fused path
+def _tiny_model(vocab: int = 300, seed: int = 0):
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    cfg = Qwen2Config(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)
+    torch.manual_seed(seed)
+    return Qwen2ForCausalLM(cfg)
+
+
+def _packed(vocab: int, seed: int = 1):
+    from arlgym.rl.batching import TokenSample, pack
+
+    g = torch.Generator().manual_seed(seed)
+
+    def sample(p, r):
+        return TokenSample(uid="u", traj_id="t", step=0, anchor="a", step_reward=0.0,
+                           episode_return=0.0, format_penalty=0.0, format_valid=True,
+                           action_valid=True, won=False,
+                           prompt_ids=torch.randint(0, vocab, (p,), generator=g).tolist(),
+                           response_ids=torch.randint(0, vocab, (r,), generator=g).tolist())
+
+    return pack([sample(7, 5), sample(4, 2), sample(9, 0), sample(5, 5)], pad_id=0)
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.6])
+def test_fused_path_equals_the_materialized_one_in_values_and_weight_grads(temperature):
+    from arlgym.rl.batching import response_logprobs
+
+    batch = _packed(300)
+    results = []
+    for fused in (False, True):
+        model = _tiny_model()
+        logp, ent = response_logprobs(model, batch, temperature=temperature, with_entropy=True,
+                                      fused=fused)
+        w = torch.linspace(-1, 1, logp.numel()).reshape(logp.shape)
+        ((logp * w).sum() + 0.3 * (ent * w).sum()).backward()
+        grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+        results.append((logp.detach(), ent.detach(), grads))
+        assert model.get_output_embeddings().forward.__name__ == "forward"  # head restored
+    (lp_a, ent_a, g_a), (lp_b, ent_b, g_b) = results
+    torch.testing.assert_close(lp_b, lp_a, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(ent_b, ent_a, rtol=1e-5, atol=1e-5)
+    assert float(lp_b[2].abs().sum()) == 0.0  # an empty response scores nothing
+    for name in g_a:
+        torch.testing.assert_close(g_b[name], g_a[name], rtol=1e-4, atol=1e-5, msg=name)
+    assert float(g_b["model.embed_tokens.weight"].abs().sum()) > 0
+
+
+def test_fused_path_with_shared_prompts_equals_materialized():
+    from arlgym.rl.batching import TokenSample, pack_shared, shared_prompt_logprobs
+
+    def sample(resp):
+        return TokenSample(uid="u", traj_id="t", step=0, anchor="a", step_reward=0.0,
+                           episode_return=0.0, format_penalty=0.0, format_valid=True,
+                           action_valid=True, won=False, prompt_ids=[5, 9, 11, 40],
+                           response_ids=resp)
+
+    batch = pack_shared([[sample([3, 4, 5]), sample([7])]], pad_id=0)
+    out = []
+    for fused in (False, True):
+        model = _tiny_model()
+        lp, ent = shared_prompt_logprobs(model, batch, with_entropy=True, fused=fused)
+        lp.sum().backward()
+        out.append((lp.detach(), model.model.embed_tokens.weight.grad.clone()))
+    torch.testing.assert_close(out[1][0], out[0][0], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(out[1][1], out[0][1], rtol=1e-4, atol=1e-5)
+
+
+def test_models_with_rescaled_logits_fall_back_with_a_warning():
+    from arlgym.rl.logprobs import fused_head_unsupported, resolve_lm_head
+
+    model = _tiny_model()
+    assert fused_head_unsupported(model) is None
+    assert resolve_lm_head("fused", model) and not resolve_lm_head("materialized", model)
+    model.config.final_logit_softcapping = 30.0
+    assert "final_logit_softcapping" in fused_head_unsupported(model)
+    with pytest.warns(UserWarning, match="materialized"):
+        assert resolve_lm_head("fused", model) is False
+
+
+def test_logit_rows_budget_scales_with_the_vocabulary():
+    from arlgym.rl.logprobs import logit_rows_budget
+
+    assert logit_rows_budget(1024, _tiny_model(vocab=151_936)) == 1766
+    assert logit_rows_budget(1024, _tiny_model(vocab=600)) == 447_392
+
+
+def test_micro_batches_respect_the_logit_rows_bound():
+    from arlgym.rl.batching import TokenSample
+    from arlgym.rl.trainer import _micro_batches
+
+    samples = [TokenSample(uid=str(i), traj_id=str(i), step=0, anchor="a", step_reward=0.0,
+                           episode_return=0.0, format_penalty=0.0, format_valid=True,
+                           action_valid=True, won=False, prompt_ids=[1] * 10,
+                           response_ids=[2] * 9) for i in range(10)]
+    order = list(range(10))
+    assert len(_micro_batches(samples, order, 10_000)) == 1
+    cut = _micro_batches(samples, order, 10_000, logit_rows=30)  # 3 samples x (9 + 1) rows
+    assert [len(mb) for mb in cut] == [3, 3, 3, 1]
+    assert sorted(i for mb in cut for i in mb) == order
+    assert [len(mb) for mb in _micro_batches(samples, order, 10_000, logit_rows=5)] == [1] * 10
