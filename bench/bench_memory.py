@@ -10,11 +10,14 @@ each side in its own process.
 
 Memory is sampled from ``/proc/self/statm`` every 5 ms in the side's process and attributed to
 the phase running: **rollout** (arlgym's ``_rollout``: generate + env; TRL's
-``_generate_and_score_completions``) or **update** (everything else in a step: arlgym's old-log-prob
-pass and update, TRL's update). Reported: peak RSS of each phase above the RSS once model and
-trainer are built ("setup"), and the process's overall peak RSS. Speed: trained tokens/s =
+``_generate_and_score_completions``), taken from the first rollout, before any update (memory an
+update frees stays in the process, so later rollouts' RSS includes it), and **update**
+(everything else in a step: arlgym's old-log-prob pass and update, TRL's update). Reported: peak
+RSS of each phase above the RSS once model and trainer are built ("setup"), and the process's
+overall peak RSS. Speed: trained tokens/s =
 (prompt + completion tokens of the batch) / (step time − rollout time), the median over the steps
-after the first.
+after the first, on the wall clock and on the process's CPU clock (with one torch thread the CPU
+clock hardly moves when other work shares the cores).
 
     python bench/bench_memory.py [--vocabs 600,49152,151936] [--prompts 8] [--generations 4]
                                  [--max-new-tokens 48] [--steps 3] [--threads 1]
@@ -78,11 +81,18 @@ class PhasePeaks:
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
+        first_gen_done = False
         with open("/proc/self/statm") as fh:
             while not self._stop.is_set():
                 fh.seek(0)
                 rss = int(fh.read().split()[1]) * PAGE_MIB
                 phase = base.PHASE
+                # memory an update freed stays in the process (the allocator keeps it), so a
+                # later rollout's RSS says little: the rollout peak is the first rollout's
+                if phase == "gen" and first_gen_done:
+                    phase = "gen-later"
+                elif phase == "train" and "gen" in self.peaks:
+                    first_gen_done = True
                 if rss > self.peaks.get(phase, 0.0):
                     self.peaks[phase] = rss
                 time.sleep(0.005)
