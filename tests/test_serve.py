@@ -260,3 +260,20 @@ def test_session_ids_are_unguessable(server):
         ids.add(sid)
         http(server.url, "/close", {"session_id": sid})
     assert len(ids) == 5
+
+
+def test_dead_env_worker_is_reported_and_replaced(server):
+    """ALFWorld runs in worker processes: killing one mid-episode fails that step with a JSON
+    error naming the worker, and the next reset starts a fresh worker."""
+    import os
+    import signal
+
+    with GenericEnvClient(base_url=server.url).sync() as client:
+        client.reset(seed=1, env="arl/ALFWorld-v0")
+        host = server._hosts["arl/ALFWorld-v0"]
+        for pid in host.pids():
+            os.kill(pid, signal.SIGKILL)
+        with pytest.raises(RuntimeError, match="ENV_WORKER_FAILED"):
+            client.step({"response": "<think>t</think><action>look</action>"})
+        r = client.reset(seed=1, env="arl/ALFWorld-v0")
+        assert r.done is False and r.observation["metadata"]["step"] == 0
