@@ -150,3 +150,48 @@ def test_stopped_server_gives_a_clear_error_within_the_timeout(server_process):
         assert time.monotonic() - t0 < 4
     finally:
         os.kill(proc.pid, signal.SIGCONT)
+
+
+def test_rollout_collector_on_servers_equals_local():
+    """The collector (random policy, which asks the env for admissible actions) plays the
+    same trajectories through two servers as in process."""
+    from dataclasses import asdict
+
+    from arlgym.policies import make_policy
+    from arlgym.rollout import RolloutCollector
+
+    def collect(**kw):
+        with RolloutCollector("arl/Sokoban-v0", make_policy("random", seed=7), group_size=2,
+                              num_tasks=3, seed=11, progress=False, **kw) as c:
+            return [asdict(t) for t in c.collect() + c.collect()]
+
+    with EnvServer({"arl/Sokoban-v0": {}}) as a, EnvServer({"arl/Sokoban-v0": {}}) as b:
+        remote = collect(servers=[a.url, b.url])
+    local = collect(mode="sync")
+    assert len(local) == 12 and remote == local
+
+
+def test_failed_server_groups_move_and_replay(server_process):
+    """restart=True: a killed server's envs move to the live server; a step raises
+    WorkerRestarted for exactly those envs, whose groups then replay from the same first state."""
+    from arlgym.core.vector import WorkerRestarted
+
+    proc, url = server_process
+    with EnvServer({"arl/Sokoban-v0": {}}) as live:
+        vec = make_group_vec("arl/Sokoban-v0", num_tasks=2, group_size=2, seed=4,
+                             servers=[url, live.url], timeout=5, restart=True)
+        with vec:
+            obs0, infos0 = vec.reset()
+            vec.step([GOOD.format("up")] * 4)
+            proc.kill()
+            proc.wait(timeout=10)
+            with pytest.raises(WorkerRestarted, match=re.escape(url)) as exc:
+                vec.step([GOOD.format("down")] * 4)
+            assert exc.value.env_indices == [0, 1]  # group 0 lived on the killed server
+            assert exc.value.results[2] is not None and exc.value.results[0] is None
+            assert all(env.url == live.url for env in vec.envs) and url in vec.dead
+            obs, infos = vec.reset_envs([0, 1])
+            assert obs == obs0[:2] and [i["anchor"] for i in infos] == [
+                i["anchor"] for i in infos0[:2]]
+            out = vec.step([GOOD.format("up")] * 4)
+            assert all(info is not None for info in out[4])

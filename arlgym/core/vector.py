@@ -817,9 +817,9 @@ def make_group_vec(
         context: async mode: multiprocessing start method (``spawn``, ``forkserver``, ``fork``;
             default :data:`DEFAULT_CONTEXT`).
         servers: env server URLs (``arlgym serve``): the envs run there, group ``g`` on
-            ``servers[g % len(servers)]``, and ``mode``/``num_workers``/``restart`` do not apply
-            (:class:`arlgym.serve.client.RemoteGroupVecEnv`); ``kwargs`` must equal the
-            server's env kwargs.
+            ``servers[g % len(servers)]`` (:class:`arlgym.serve.client.RemoteGroupVecEnv`);
+            ``mode``/``num_workers``/``context`` do not apply, ``restart`` moves the envs of a
+            failed server to the live ones; ``kwargs`` must equal the server's env kwargs.
         server_token: the servers' access token, if they have one.
         **kwargs: passed to ``gymnasium.make`` for every env.
 
@@ -841,7 +841,8 @@ def make_group_vec(
         from arlgym.serve.client import make_remote_group_vec
 
         return make_remote_group_vec(env_id, num_tasks, group_size, seed, servers,
-                                     timeout=timeout, token=server_token, env_kwargs=dict(kwargs))
+                                     timeout=timeout, token=server_token, env_kwargs=dict(kwargs),
+                                     restart=restart, max_restarts=max_restarts)
     if mode == "auto":
         spec = gym.registry[env_id]
         entry = spec.entry_point

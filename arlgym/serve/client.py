@@ -123,6 +123,14 @@ class RemoteEnv(gym.Env):
             raise RemoteEnvError(f"env server {self.url} refused or dropped the WebSocket "
                                  f"connection: {e}", server=self.url, cause=str(e)) from None
         self._pending: str | None = None
+        self._last_info: dict[str, Any] | None = None
+
+    def _admissible(self) -> list[str] | None:
+        """The admissible actions now (from the last info), for policies that ask the env
+        (``env.unwrapped._admissible()``, e.g. the random policy)."""
+        if self._last_info is None:
+            raise ResetNeeded(f"{self.env_id} on {self.url}: call reset() first")
+        return self._last_info.get("admissible_actions")
 
     # ------------------------------------------------------------------ split send/receive
     def send_reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> None:
@@ -161,7 +169,9 @@ class RemoteEnv(gym.Env):
                 raise ResetNeeded(f"{self.env_id} on {self.url}: {text}")
             raise RemoteEnvError(f"env server {self.url} answered {what!r} with {code}: {text}",
                                  server=self.url, cause=code)
-        return decode_result(message["data"])
+        result = decode_result(message["data"])
+        self._last_info = result[4]
+        return result
 
     def _send(self, message: dict[str, Any]) -> None:
         try:
@@ -199,13 +209,26 @@ class RemoteEnv(gym.Env):
 
 
 class RemoteGroupVecEnv(GroupVecEnv):
-    """Groups of remote envs; see the module docstring. A failing server raises
-    :class:`RemoteEnvError` naming it and the envs it hosted (their episodes are lost)."""
+    """Groups of remote envs; see the module docstring.
+
+    A failing server (dead, stopped, refusing) raises :class:`RemoteEnvError` naming it and the
+    envs it hosted. With ``restart=True`` the vector follows the async vector's rules instead:
+    the lost envs move to the servers still alive (their sessions reset with their last seed
+    and options), a ``reset`` simply completes, and a ``step`` raises
+    :class:`~arlgym.core.vector.WorkerRestarted` so the rollout collector replays those groups
+    from reset (or drops them); ``max_restarts`` bounds the server failures taken.
+    """
 
     def __init__(self, envs: Sequence[RemoteEnv], num_tasks: int, group_size: int,
-                 seed: int) -> None:
+                 seed: int, *, servers: Sequence[str], make_env: Any, restart: bool = False,
+                 max_restarts: int = 3) -> None:
         super().__init__(num_tasks, group_size, seed)
         self.envs = list(envs)
+        self.servers = [u.rstrip("/") for u in servers]
+        self.restart, self.max_restarts = restart, max_restarts
+        self.restarts = 0
+        self.dead: dict[str, str] = {}  # server url -> why it was given up
+        self._make_env = make_env
 
     def _exchange(self, sends: list[Any], send: str) -> list[Any]:
         active = [i for i, item in enumerate(sends) if item is not None]
@@ -231,11 +254,43 @@ class RemoteGroupVecEnv(GroupVecEnv):
             except RemoteEnvError as e:
                 failed[env.url] = e
         if failed:
-            url, err = next(iter(failed.items()))
-            lost = [i for i in active if self.envs[i].url in failed]
-            raise RemoteEnvError(f"{err} (envs {lost} of this vector)", server=url,
-                                 cause=err.cause, env_indices=lost)
+            self._fail_over(failed, send, sends, out)
         return out
+
+    def _fail_over(self, failed: dict[str, RemoteEnvError], send: str, sends: list[Any],
+                   out: list[Any]) -> None:
+        from arlgym.core.vector import WorkerRestarted
+
+        url, err = next(iter(failed.items()))
+        lost = [i for i, env in enumerate(self.envs) if env.url in failed]
+        for u, e in failed.items():
+            self.dead[u] = e.cause or "failed"
+        live = [u for u in self.servers if u not in self.dead]
+        if not self.restart or not live or self.restarts + len(failed) > self.max_restarts:
+            why = ("" if not self.restart else " (no server left)" if not live else
+                   f" (max_restarts={self.max_restarts} server failures already taken)")
+            fix = "" if self.restart else " Fix: pass restart=True to move its envs to the " \
+                "other servers (the rollout collector does)."
+            raise RemoteEnvError(f"{err} (envs {lost} of this vector){why}.{fix}", server=url,
+                                 cause=err.cause, env_indices=lost)
+        self.restarts += len(failed)
+        for i in lost:
+            self.envs[i].close()
+            self.envs[i] = self._make_env(live[self.group_of(i) % len(live)])
+        if send == "reset":  # complete the reset on the new sessions
+            redo = [sends[i] if i in lost else None for i in range(self.num_envs)]
+            again = self._exchange(redo, "reset")
+            for i in lost:
+                out[i] = again[i]
+            return
+        replay = [self._last_calls[i] if i in lost else None for i in range(self.num_envs)]
+        if any(c is not None for c in replay):
+            self._exchange(replay, "reset")
+        results = [(None, 0.0, False, False, None) if sends[i] is None else
+                   (None if i in lost else out[i]) for i in range(self.num_envs)]
+        raise WorkerRestarted(f"{err}; envs {lost} moved to {live} and must replay their groups "
+                              "from reset", worker=None, env_indices=lost, cause=err.cause,
+                              results=results)
 
     def _run_reset(self, calls):
         out = self._exchange(list(calls), "reset")
@@ -250,11 +305,13 @@ class RemoteGroupVecEnv(GroupVecEnv):
         return list(self.envs)
 
     def call_one(self, index: int, name: str, *args: Any, **kwargs: Any) -> Any:
+        if name == "_admissible":
+            return self.envs[index]._admissible()
         raise ConfigError(f"env.unwrapped.{name}() cannot run on a remote env (the env lives "
                           "on the server). Fix: use a policy that needs only the prompt")
 
     def call(self, name: str, *args: Any, **kwargs: Any) -> list[Any]:
-        return [self.call_one(0, name)]
+        return [self.call_one(i, name, *args, **kwargs) for i in range(self.num_envs)]
 
     def close(self) -> None:
         for env in self.envs:
@@ -263,8 +320,8 @@ class RemoteGroupVecEnv(GroupVecEnv):
 
 def make_remote_group_vec(env_id: str, num_tasks: int, group_size: int, seed: int,
                           servers: Sequence[str], *, timeout: float | None = 300.0,
-                          token: str | None = None, env_kwargs: dict[str, Any] | None = None
-                          ) -> RemoteGroupVecEnv:
+                          token: str | None = None, env_kwargs: dict[str, Any] | None = None,
+                          restart: bool = False, max_restarts: int = 3) -> RemoteGroupVecEnv:
     """``num_tasks × group_size`` remote envs, group ``g`` on ``servers[g % len(servers)]``."""
     if isinstance(servers, str) or not servers:
         raise ConfigError(f"servers={servers!r} is invalid: expected a non-empty list of URLs, "
@@ -274,16 +331,21 @@ def make_remote_group_vec(env_id: str, num_tasks: int, group_size: int, seed: in
             raise ConfigError(f"servers entry {url!r} is invalid: expected a URL like "
                               "http://host:8000")
     checked: set[str] = set()
+    wait = 300.0 if timeout is None else float(timeout)
+
+    def make_env(url: str) -> RemoteEnv:
+        env = RemoteEnv(url, env_id, env_kwargs, token=token, timeout=wait,
+                        check=url not in checked)
+        checked.add(url)
+        return env
+
     envs: list[RemoteEnv] = []
     try:
         for i in range(num_tasks * group_size):
-            url = servers[(i // group_size) % len(servers)]
-            envs.append(RemoteEnv(url, env_id, env_kwargs, token=token,
-                                  timeout=300.0 if timeout is None else timeout,
-                                  check=url not in checked))
-            checked.add(url)
+            envs.append(make_env(servers[(i // group_size) % len(servers)]))
     except BaseException:
         for env in envs:
             env.close()
         raise
-    return RemoteGroupVecEnv(envs, num_tasks, group_size, seed)
+    return RemoteGroupVecEnv(envs, num_tasks, group_size, seed, servers=servers,
+                             make_env=make_env, restart=restart, max_restarts=max_restarts)
