@@ -22,7 +22,7 @@ from arlgym.errors import ConfigError
 from arlgym.serve.client import RemoteEnv, RemoteEnvError
 from arlgym.serve.server import EnvServer
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 GOOD = "<think>t</think><action>{}</action>"
 
 
