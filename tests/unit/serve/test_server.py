@@ -40,6 +40,24 @@ def http(url: str, path: str, body: Any = None, *, raw: bytes | None = None,
         return e.code, json.loads(e.read())
 
 
+def raw_post(url: str, rest: bytes) -> bytes:
+    """POST /reset with hand-written headers (``rest``), for bodies urllib would not send."""
+    import socket
+
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(b"POST /reset HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     + rest)
+        reply = b""
+        while b"\r\n\r\n" not in reply or len(reply.partition(b"\r\n\r\n")[2]) < int(
+                reply.lower().partition(b"content-length: ")[2].split(b"\r\n")[0] or 0):
+            data = sock.recv(65536)
+            if not data:
+                break
+            reply += data
+        return reply
+
+
 def responses(env_id: str, info: dict, rng: random.Random) -> str:
     """A response a policy could give: an admissible action, a made-up one, or a bad format."""
     roll = rng.random()
@@ -152,8 +170,14 @@ def test_bad_requests_get_4xx_json(server):
     assert status == 404 and err["code"] == "SESSION_ERROR"
     status, err = http(url, "/step", {"action": {"response": "up"}})
     assert status == 400 and "session_id" in err["detail"]
-    status, err = http(url, "/reset", raw=b"{" + b'"a":' + b"1" * (2 << 20) + b"}")
-    assert status == 413 and err["code"] == "PAYLOAD_TOO_LARGE"
+    assert raw_post(url, b"Content-Length: %d\r\n\r\n{" % (2 << 20)).startswith(b"HTTP/1.1 413")
+    def chunk(n: int) -> bytes:
+        return b"%x\r\n%s\r\n" % (n, b" " * n)
+
+    # no length given: counted as read, refused at the byte past max_body (1 MiB)
+    reply = raw_post(url, b"Transfer-Encoding: chunked\r\n\r\n" + chunk(1 << 19)
+                     + chunk((1 << 19) + 1))
+    assert reply.startswith(b"HTTP/1.1 413") and b"PAYLOAD_TOO_LARGE" in reply
     status, err = http(url, "/reset", raw=b"{}", headers={"Content-Type": "text/plain"})
     assert status == 415
     status, err = http(url, "/reset", {}, headers={"Origin": "http://evil.example"})
