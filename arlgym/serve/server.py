@@ -118,6 +118,9 @@ class EnvServer:
             ws="websockets-sansio", ws_max_size=max_body, ws_per_message_deflate=False,
             log_config=None, log_level="warning",
             access_log=False, backlog=backlog, server_header=False, date_header=False,
+            # open connections (a WebSocket holds one) beyond this get HTTP 503 from uvicorn,
+            # so idle connections that never reset cannot pile up past the session limit
+            limit_concurrency=max_sessions + 64,
             headers=[("Server", "arlgym-serve")], timeout_keep_alive=60,
             timeout_graceful_shutdown=2))
         self._thread: threading.Thread | None = None
