@@ -25,7 +25,7 @@ import gymnasium as gym
 from arlgym.core.spaces import AnyText
 from arlgym.core.vector import GroupVecEnv
 from arlgym.errors import ConfigError, MissingDependency, ResetNeeded, WorkerError
-from arlgym.serve.codec import decode_result
+from arlgym.serve.codec import decode_result, jsonable
 
 __all__ = ["RemoteEnv", "RemoteEnvError", "RemoteGroupVecEnv", "make_remote_group_vec"]
 
@@ -108,7 +108,7 @@ class RemoteEnv(gym.Env):
                 raise ConfigError(f"env server {self.url} does not host {env_id!r}; it hosts "
                                   f"{list(hosted)}. Fix: start it with --env {env_id}")
             theirs = hosted[env_id]["kwargs"]
-            if env_kwargs is not None and dict(env_kwargs) != theirs:
+            if env_kwargs is not None and jsonable(dict(env_kwargs)) != theirs:
                 raise ConfigError(f"env_kwargs={dict(env_kwargs)} differ from the kwargs of "
                                   f"{env_id} on {self.url}: {theirs}. Fix: start the server "
                                   "with the same --env-kwarg flags, or pass its kwargs")

@@ -86,6 +86,8 @@ def test_remote_env_checks_env_and_kwargs():
             RemoteEnv(srv.url, "arl/TIRMath-v0")
         with pytest.raises(ConfigError, match="differ"):
             make_group_vec("arl/Sokoban-v0", 1, 1, servers=[srv.url])
+        with make_group_vec("arl/Sokoban-v0", 1, 1, servers=[srv.url], dim_room=(7, 7)) as vec:
+            assert "7x7" in vec.reset(seed=0)[1][0]["task_id"]
     with pytest.raises(RemoteEnvError, match="cannot be reached"):
         RemoteEnv("http://127.0.0.1:9", "arl/Sokoban-v0")
     with pytest.raises(ConfigError, match="servers"):

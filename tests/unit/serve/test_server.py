@@ -301,3 +301,44 @@ def test_dead_env_worker_is_reported_and_replaced(server):
             client.step({"response": "<think>t</think><action>look</action>"})
         r = client.reset(seed=1, env="arl/ALFWorld-v0")
         assert r.done is False and r.observation["metadata"]["step"] == 0
+
+
+def test_http_session_reuse_and_ws_state(server):
+    status, body = http(server.url, "/reset", {"seed": 1})
+    sid = body["observation"]["session_id"]
+    env = gym.make("arl/Sokoban-v0")
+    obs, _ = env.reset(seed=2)
+    status, body = http(server.url, "/reset", {"seed": 2, "session_id": sid})
+    assert status == 200 and body["observation"]["session_id"] == sid
+    assert body["observation"]["prompt"] == obs
+    http(server.url, "/close", {"session_id": sid})
+    with GenericEnvClient(base_url=server.url).sync() as client:
+        client.reset(seed=5, episode_id="ep-1")
+        state = client.state()
+        assert state["episode_id"] == "ep-1" and state["step_count"] == 0
+        # a WebSocket session is not reachable over HTTP, even with its id
+        status, err = http(server.url, f"/state?session_id={state['session_id']}")
+        assert status == 404 and err["code"] == "SESSION_ERROR"
+
+
+def test_cli_user_errors_exit_2_with_one_line(capsys):
+    from arlgym.cli import main
+
+    assert main(["serve", "--env", "arl/Sokoban-v0", "--env-kwarg", "dim_rom=7"]) == 2
+    err = capsys.readouterr().err
+    assert "dim_rom" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert main(["serve", "--env", "arl/Sokoban-v0", "--env", "arl/TIRMath-v0",
+                 "--env-kwarg", "max_steps=3"]) == 2
+    assert "arl/Sokoban-v0:max_steps=3" in capsys.readouterr().err
+    assert main(["serve", "--env", "arl/Sokoban-v1"]) == 2
+    assert "arl/Sokoban-v0" in capsys.readouterr().err  # did you mean
+
+
+def test_env_kwargs_per_env():
+    from arlgym.serve.cli import parse_env_kwargs
+
+    got = parse_env_kwargs(["arl/Sokoban-v0", "arl/TIRMath-v0"],
+                           ["arl/Sokoban-v0:dim_room=(7, 7)", "arl/TIRMath-v0:max_steps=3"])
+    assert got == {"arl/Sokoban-v0": {"dim_room": (7, 7)}, "arl/TIRMath-v0": {"max_steps": 3}}
+    assert parse_env_kwargs(["arl/Sokoban-v0"], ["num_boxes=2"]) == {
+        "arl/Sokoban-v0": {"num_boxes": 2}}
