@@ -337,7 +337,8 @@ class ServeApp:
         env_id, seed, options, episode_id = self._reset_args(data)
         async with session.lock:
             session.used = time.monotonic()
-            if session.sid not in self.sessions:
+            new = session.sid not in self.sessions
+            if new:
                 if len(self.sessions) >= self.config.max_sessions:
                     raise RequestError(503, "CAPACITY_REACHED", f"the server holds "
                                        f"max_sessions={self.config.max_sessions} sessions. Fix: "
@@ -355,8 +356,8 @@ class ServeApp:
                     session.env_id, session.live = env_id, True
                 result = await self._call(host, "reset", session.sid, (seed, options))
             except BaseException:
-                if not session.live:
-                    self.sessions.pop(session.sid, None)
+                if new:  # a session whose first reset failed is not kept (nobody knows its id)
+                    self._drop(session, close_env=True)
                 raise
             session.seed, session.task_id = seed, result["observation"]["metadata"].get("task_id")
             session.episode_id = episode_id or _new_id()[:16]

@@ -136,9 +136,13 @@ def test_task_id_and_split_are_honoured(server):
     with GenericEnvClient(base_url=server.url).sync() as client:
         r = client.reset(task_id=tid, split="test")
     assert r.observation["prompt"] == obs and r.observation["metadata"]["task_id"] == tid
+    held = len(server.app.sessions)
     with GenericEnvClient(base_url=server.url).sync() as client, pytest.raises(RuntimeError,
                                                                                 match="task"):
         client.reset(task_id="no-such-task")
+    status, err = http(server.url, "/reset", {"task_id": "no-such-task"})
+    assert status == 400 and err["code"] == "INVALID_REQUEST" and "no-such-task" in err["detail"]
+    assert len(server.app.sessions) == held  # failed first resets keep no session
 
 
 def test_differential_200_sokoban_episodes(server):
