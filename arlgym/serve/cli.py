@@ -34,7 +34,7 @@ def parse_env_kwargs(env_ids: list[str], pairs: list[str]) -> dict[str, dict]:
 
 def _serve(args: argparse.Namespace) -> int:
     from arlgym.errors import ConfigError
-    from arlgym.serve.server import EnvServer
+    from arlgym.serve.server import EnvServer, is_loopback
 
     if not args.env:
         raise ConfigError("name the envs to host: --env arl/Sokoban-v0 (repeatable); "
@@ -46,8 +46,8 @@ def _serve(args: argparse.Namespace) -> int:
                        port=args.port, token=token, insecure=args.insecure,
                        max_sessions=args.max_sessions, ttl=args.ttl, max_body=args.max_body,
                        workers=args.workers, threads=args.threads, timeout=args.timeout)
-    guard = "token required" if token else ("NO token (--insecure)" if args.host not in (
-        "127.0.0.1", "localhost", "::1") else "loopback only")
+    guard = "token required" if token else (
+        "loopback only" if is_loopback(args.host) else "NO token (--insecure)")
     print(f"arlgym serve: {', '.join(args.env)} on {server.url} ({guard}; at most "
           f"{args.max_sessions} sessions, idle ones closed after {args.ttl:g} s). "
           f"OpenEnv clients: GenericEnvClient(base_url='{server.url}'). Ctrl-C stops.",

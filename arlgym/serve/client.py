@@ -193,6 +193,12 @@ class RemoteEnv(gym.Env):
         self.send_step(action)
         return self.receive()
 
+    def __del__(self) -> None:  # a forgotten env frees its server session and reader thread
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
+
     def close(self) -> None:
         ws = getattr(self, "_ws", None)
         if ws is None:

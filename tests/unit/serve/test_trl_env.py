@@ -43,8 +43,10 @@ def test_tool_call_parsed_by_trl_plays_the_in_process_step(remote):
         env._close()
 
 
-def test_grpo_trainer_trains_on_sokoban_through_the_adapter(tmp_path):
+def test_grpo_trainer_trains_on_sokoban_through_the_adapter(tmp_path, monkeypatch):
     from trl import GRPOConfig, GRPOTrainer
+
+    monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")  # environment_factory is experimental
 
     model, tokenizer = tiny_with_tool_template()
     config = GRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none",
