@@ -66,6 +66,8 @@ def responses(env_id: str, info: dict, rng: random.Random) -> str:
     if env_id == "arl/TIRMath-v0":
         return rng.choice(["<think>sum</think>The answer is \\boxed{4}.", "\\boxed{7}",
                            "<think>t</think><answer>\\boxed{12}</answer>"])
+    if env_id == "tir-code":  # a code cell: the sandbox runs it
+        return f"<think>compute</think>\n```python\nprint({rng.randrange(100)} * 3)\n```"
     admissible = [a for a in (info.get("admissible_actions") or []) if "<" not in a]
     if roll < 0.25 or not admissible:
         action = rng.choice(["up", "search[red shirt]", "go to nowhere", "click[buy now]"])
@@ -74,8 +76,10 @@ def responses(env_id: str, info: dict, rng: random.Random) -> str:
     return f"<think>step {info['step']}</think><action>{action}</action>"
 
 
-def play_both(client, env_id: str, seed: int, max_steps: int, rng_seed: int) -> None:
-    """One seeded episode through the server and in process: every step must match."""
+def play_both(client, env_id: str, seed: int, max_steps: int, rng_seed: int,
+              code: bool = False) -> None:
+    """One seeded episode through the server and in process: every step must match
+    (``code``: TIR Math responses alternate with code cells the sandbox runs)."""
     env = gym.make(env_id)
     obs, info = env.reset(seed=seed)
     r = client.reset(seed=seed, env=env_id)
@@ -84,8 +88,8 @@ def play_both(client, env_id: str, seed: int, max_steps: int, rng_seed: int) -> 
     assert (meta.pop("terminated"), meta.pop("truncated")) == (False, False)
     assert meta == jsonable(info)
     rng = random.Random(rng_seed)
-    for _ in range(max_steps):
-        text = responses(env_id, info, rng)
+    for k in range(max_steps):
+        text = responses("tir-code" if code and k % 2 == 0 else env_id, info, rng)
         obs, reward, term, trunc, info = env.step(text)
         r = client.step({"response": text})
         meta = dict(r.observation["metadata"])
@@ -158,6 +162,13 @@ def test_differential_other_envs(server, env_id, episodes):
     with GenericEnvClient(base_url=server.url).sync() as client:
         for seed in range(episodes):
             play_both(client, env_id, seed=seed, max_steps=5, rng_seed=seed)
+
+
+def test_differential_tir_code_cells(server):
+    """TIR Math with code cells: the sandbox's output reaches the prompt alike (20 episodes)."""
+    with GenericEnvClient(base_url=server.url).sync() as client:
+        for seed in range(20):
+            play_both(client, "arl/TIRMath-v0", seed=seed, max_steps=3, rng_seed=seed, code=True)
 
 
 def test_bad_requests_get_4xx_json(server):
