@@ -287,7 +287,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="exit 0 even if a phase was cut short (the table still says so)")
     p.set_defaults(func=_cmd_quickstart)
 
-    for module in ("arlgym.arena.cli", "arlgym.envs.alfworld.cli", "arlgym.envs.webshop.cli"):
+    for module in ("arlgym.arena.cli", "arlgym.envs.alfworld.cli", "arlgym.envs.webshop.cli",
+                   "arlgym.serve.cli"):
         try:
             mod = importlib.import_module(module)
         except ImportError:

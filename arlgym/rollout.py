@@ -213,6 +213,9 @@ class RolloutCollector:
             often is dropped whole (never returned half-played). Counted in :meth:`pop_metrics`.
         max_worker_restarts: worker replacements allowed over the collector's life; one more
             failure raises :class:`~arlgym.errors.WorkerError` (something is wrong for good).
+        servers: env server URLs (``arlgym serve``) to play on instead of local envs; a failed
+            server's groups move to the others and are replayed (docs/serving.md).
+        server_token: the servers' access token, if they have one.
     """
 
     def __init__(
@@ -232,6 +235,8 @@ class RolloutCollector:
         worker_timeout: float | None = 300.0,
         max_group_retries: int = 2,
         max_worker_restarts: int = 10,
+        servers: list[str] | None = None,
+        server_token: str | None = None,
     ) -> None:
         self.env_id = env_id
         self.policy = policy
@@ -240,7 +245,7 @@ class RolloutCollector:
         self.vec: GroupVecEnv = make_group_vec(
             env_id, num_tasks, group_size, seed, mode=mode, num_workers=num_workers,
             restart=restart, timeout=worker_timeout, max_restarts=max_worker_restarts,
-            **(env_kwargs or {}),
+            servers=servers, server_token=server_token, **(env_kwargs or {}),
         )
         self.max_group_retries = check_int("max_group_retries", max_group_retries, min=0)
         #: groups replayed / dropped after a worker failure, since the last ``pop_metrics``

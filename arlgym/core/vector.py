@@ -795,6 +795,8 @@ def make_group_vec(
     restart: bool = False,
     max_restarts: int = 3,
     context: str | None = None,
+    servers: Sequence[str] | None = None,
+    server_token: str | None = None,
     **kwargs: Any,
 ) -> GroupVecEnv:
     """Build ``num_tasks × group_size`` copies of ``env_id``; members of a group share a task.
@@ -814,6 +816,11 @@ def make_group_vec(
         max_restarts: async mode: worker replacements allowed over the vector's life.
         context: async mode: multiprocessing start method (``spawn``, ``forkserver``, ``fork``;
             default :data:`DEFAULT_CONTEXT`).
+        servers: env server URLs (``arlgym serve``): the envs run there, group ``g`` on
+            ``servers[g % len(servers)]`` (:class:`arlgym.serve.client.RemoteGroupVecEnv`);
+            ``mode``/``num_workers``/``context`` do not apply, ``restart`` moves the envs of a
+            failed server to the live ones; ``kwargs`` must equal the server's env kwargs.
+        server_token: the servers' access token, if they have one.
         **kwargs: passed to ``gymnasium.make`` for every env.
 
     >>> vec = make_group_vec("arl/Sokoban-v0", num_tasks=2, group_size=3, seed=7)
@@ -830,6 +837,12 @@ def make_group_vec(
     num_tasks = check_int("num_tasks", num_tasks, min=1)
     group_size = check_int("group_size", group_size, min=1)
     check_choice("mode", mode, ("sync", "async", "auto"))
+    if servers is not None:
+        from arlgym.serve.client import make_remote_group_vec
+
+        return make_remote_group_vec(env_id, num_tasks, group_size, seed, servers,
+                                     timeout=timeout, token=server_token, env_kwargs=dict(kwargs),
+                                     restart=restart, max_restarts=max_restarts)
     if mode == "auto":
         spec = gym.registry[env_id]
         entry = spec.entry_point

@@ -1,0 +1,522 @@
+"""The env server's ASGI app: OpenEnv's protocol over many sessions of arlgym envs.
+
+Routes (OpenEnv's, so its ``GenericEnvClient`` works unchanged, plus ``/envs`` and ``/close``):
+
+==================  =========================================================================
+``GET /health``     ``{"status": "healthy", "sessions": n, "max_sessions": m}``
+``GET /metadata``   OpenEnv's ``EnvironmentMetadata`` (name, description, version)
+``GET /schema``     JSON schemas of the action, observation and state
+``GET /envs``       the hosted env ids with their server-side kwargs (clients check them)
+``POST /reset``     new HTTP session (or ``session_id`` to reuse one): the first observation
+``POST /step``      ``{"session_id": …, "action": {"response": "<LLM text>"}}``
+``GET /state``      ``?session_id=…``: episode id, step count, env, seed, task id, done
+``POST /close``     ``{"session_id": …}``: free an HTTP session now (else it expires)
+``WS /ws``          one session per connection: OpenEnv's ``reset``/``step``/``state``/``close``
+==================  =========================================================================
+
+Reset data: ``seed`` (int >= 0; the same task as ``gymnasium.make(id).reset(seed=seed)``),
+``env`` (a hosted id; default the first), ``task_id``, ``split``, ``options`` (env-specific
+reset options), ``episode_id``; any other key is refused, so a typo never silently drops a seed.
+
+Security: a request with an ``Origin`` header (a browser page) is refused, so a web page cannot
+drive a loopback server; with a token every request needs ``Authorization: Bearer <token>`` (or
+HTTP Basic with the token as password, which OpenEnv's client sends for a URL like
+``http://arl:<token>@host:8000``); bodies and WebSocket messages are capped at ``max_body``
+bytes; session ids are 192-bit random; an HTTP request cannot reach a WebSocket's session.
+Every error is JSON naming the problem (HTTP: ``{"detail": …, "code": …}`` with a 4xx status;
+WebSocket: OpenEnv's ``{"type": "error", "data": {"message": …, "code": …}}``); env tracebacks
+stay in the server's log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import hmac
+import json
+import logging
+import secrets
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import parse_qs
+
+from arlgym.core.validation import did_you_mean
+from arlgym.errors import ArlgymError, ConfigError, ResetNeeded, TaskNotFound
+from arlgym.serve.hosts import EnvRaised, HostFailure
+
+__all__ = ["ServeApp", "ServeConfig", "RESET_KEYS"]
+
+logger = logging.getLogger("arlgym.serve")
+
+#: keys a reset message may carry (HTTP adds ``session_id``)
+RESET_KEYS = ("seed", "env", "task_id", "split", "options", "episode_id")
+_STEP_KEYS = ("response", "metadata")
+
+
+class RequestError(Exception):
+    """A client mistake or a refused request: ``status`` (HTTP), ``code`` (OpenEnv's codes)."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
+
+
+@dataclass
+class ServeConfig:
+    """What a server hosts and how it guards itself (see :class:`arlgym.serve.EnvServer`)."""
+
+    envs: dict[str, dict[str, Any]]
+    token: str | None = None
+    max_sessions: int = 1024
+    ttl: float = 600.0
+    max_body: int = 1 << 20
+
+
+@dataclass(eq=False)
+class Session:
+    sid: str
+    kind: str  # "http" | "ws"
+    env_id: str | None = None
+    episode_id: str | None = None
+    seed: int | None = None
+    task_id: Any = None
+    steps: int = 0
+    done: bool = True
+    used: float = field(default_factory=time.monotonic)
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    live: bool = False  # holds an env on its host
+
+
+class ServeApp:
+    """The ASGI app. ``hosts`` maps each env id to its host (thread or process host)."""
+
+    def __init__(self, config: ServeConfig, hosts: dict[str, Any], threads: int = 8) -> None:
+        self.config = config
+        self.hosts = hosts
+        self.default_env = next(iter(config.envs))
+        self.sessions: dict[str, Session] = {}
+        self.expired = 0
+        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="arlgym-serve")
+        self._reaper: asyncio.Task | None = None
+
+    # ------------------------------------------------------------------ ASGI entry
+    async def __call__(self, scope: dict[str, Any], receive: Callable, send: Callable) -> None:
+        kind = scope["type"]
+        if kind == "lifespan":
+            await self._lifespan(receive, send)
+        elif kind == "http":
+            await self._http(scope, receive, send)
+        elif kind == "websocket":
+            await self._websocket(scope, receive, send)
+
+    async def _lifespan(self, receive: Callable, send: Callable) -> None:
+        while True:
+            msg = await receive()
+            if msg["type"] == "lifespan.startup":
+                self._reaper = asyncio.create_task(self._reap_forever())
+                await send({"type": "lifespan.startup.complete"})
+            elif msg["type"] == "lifespan.shutdown":
+                if self._reaper is not None:
+                    self._reaper.cancel()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    def shutdown(self) -> None:
+        """Close every session's env and the thread pool (the server calls it after serving)."""
+        for s in list(self.sessions.values()):
+            self._drop(s, close_env=True, blocking=True)
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    # ------------------------------------------------------------------ guards
+    def _refusal(self, scope: dict[str, Any]) -> RequestError | None:
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        if "origin" in headers:
+            return RequestError(403, "FORBIDDEN", "requests from web pages (an Origin header) are "
+                                "refused: the env server is for programs, not browsers")
+        token = self.config.token
+        if token is None:
+            return None
+        given = headers.get("authorization", "")
+        scheme, _, value = given.partition(" ")
+        if scheme.lower() == "basic":  # a URL like http://arl:<token>@host (OpenEnv's client)
+            try:
+                value = base64.b64decode(value.strip(), validate=True).decode().partition(":")[2]
+            except (binascii.Error, UnicodeDecodeError):
+                value = ""
+        elif scheme.lower() != "bearer":
+            value = ""
+        if not value or not hmac.compare_digest(value.strip().encode(), token.encode()):
+            return RequestError(401, "UNAUTHORIZED",
+                                "missing or wrong access token: send 'Authorization: Bearer "
+                                "<token>' (the server's --token), or put it in the URL as "
+                                "http://arl:<token>@host:port for OpenEnv's client")
+        return None
+
+    # ------------------------------------------------------------------ HTTP
+    async def _http(self, scope: dict[str, Any], receive: Callable, send: Callable) -> None:
+        method, path = scope["method"], scope["path"].rstrip("/") or "/"
+        try:
+            refusal = self._refusal(scope)
+            if refusal is not None:
+                raise refusal
+            if method == "GET":
+                query = parse_qs(scope["query_string"].decode("latin-1"))
+                body = await self._get(path, query)
+            elif method == "POST":
+                data = await self._read_json(scope, receive)
+                body = await self._post(path, data)
+            else:
+                raise RequestError(405, "METHOD_NOT_ALLOWED", f"{method} is not supported; use "
+                                   "GET (health, metadata, schema, envs, state) or POST (reset, "
+                                   "step, close)")
+            status = 200
+        except RequestError as e:
+            status, body = e.status, {"detail": e.message, "code": e.code}
+        except Exception:  # noqa: BLE001 - a bug of ours: log it, answer JSON without a traceback
+            logger.exception("internal error on %s %s", method, path)
+            status, body = 500, {"detail": "internal server error (see the server's log)",
+                                 "code": "INTERNAL_ERROR"}
+        payload = json.dumps(body).encode()
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-type", b"application/json"),
+                                (b"content-length", str(len(payload)).encode())]})
+        await send({"type": "http.response.body", "body": payload})
+
+    async def _read_json(self, scope: dict[str, Any], receive: Callable) -> dict[str, Any]:
+        limit = self.config.max_body
+        headers = dict(scope["headers"])
+        ctype = headers.get(b"content-type", b"").decode("latin-1").split(";")[0].strip().lower()
+        declared = headers.get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            raise RequestError(413, "PAYLOAD_TOO_LARGE", f"the request body has {int(declared)} "
+                               f"bytes; the server accepts at most max_body={limit}")
+        chunks, size, more = [], 0, True
+        while more:
+            msg = await receive()
+            if msg["type"] == "http.disconnect":
+                raise RequestError(400, "DISCONNECTED", "the client went away")
+            chunk = msg.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                raise RequestError(413, "PAYLOAD_TOO_LARGE", f"the request body has more than "
+                                   f"max_body={limit} bytes")
+            chunks.append(chunk)
+            more = msg.get("more_body", False)
+        raw = b"".join(chunks)
+        if ctype != "application/json" and raw:
+            raise RequestError(415, "UNSUPPORTED_MEDIA_TYPE", "send the body as JSON with "
+                               "'Content-Type: application/json'")
+        return _parse_object(raw or b"{}")
+
+    async def _get(self, path: str, query: dict[str, list[str]]) -> dict[str, Any]:
+        if path == "/health":
+            return {"status": "healthy", "sessions": len(self.sessions),
+                    "max_sessions": self.config.max_sessions}
+        if path == "/metadata":
+            import arlgym
+
+            return {"name": "arlgym", "version": arlgym.__version__,
+                    "description": "arlgym LLM-agent envs (" + ", ".join(self.config.envs)
+                    + "): the action is the raw LLM response text; observation.metadata "
+                    "carries every info key (anchor, format_valid, task_reward, …)",
+                    "readme_content": None, "author": None, "documentation_url": None}
+        if path == "/schema":
+            return _SCHEMA
+        if path == "/envs":
+            return {"default": self.default_env,
+                    "envs": {k: {"kwargs": v} for k, v in self.config.envs.items()}}
+        if path == "/state":
+            sid = (query.get("session_id") or [""])[0]
+            return self._state(self._http_session(sid))
+        raise RequestError(404, "NOT_FOUND", f"no route GET {path}; routes: /health /metadata "
+                           "/schema /envs /state, POST /reset /step /close, WebSocket /ws")
+
+    async def _post(self, path: str, data: dict[str, Any]) -> dict[str, Any]:
+        if path == "/reset":
+            sid = data.pop("session_id", None)
+            if sid is None:
+                session = Session(sid=_new_id(), kind="http")
+            else:
+                session = self._http_session(sid)
+            return await self._reset(session, data)
+        if path == "/step":
+            _check_keys(data, ("session_id", "action", "timeout_s", "request_id"), "/step body")
+            session = self._http_session(data.get("session_id"))
+            if "action" not in data:
+                raise RequestError(422, "VALIDATION_ERROR", "the /step body needs 'action': "
+                                   "{'response': '<the LLM response text>'}")
+            return await self._step(session, data["action"])
+        if path == "/close":
+            _check_keys(data, ("session_id",), "/close body")
+            session = self._http_session(data.get("session_id"))
+            async with session.lock:
+                self._drop(session, close_env=True)
+            return {"closed": session.sid}
+        raise RequestError(404, "NOT_FOUND", f"no route POST {path}; routes: POST /reset /step "
+                           "/close, GET /health /metadata /schema /envs /state, WebSocket /ws")
+
+    def _http_session(self, sid: Any) -> Session:
+        if not isinstance(sid, str) or not sid:
+            raise RequestError(400, "SESSION_ERROR", "this request needs 'session_id': the one "
+                               "returned in observation.session_id by POST /reset")
+        session = self.sessions.get(sid)
+        if session is None or session.kind != "http":
+            raise RequestError(404, "SESSION_ERROR", "unknown session_id (never created, closed, "
+                               f"or expired after ttl={self.config.ttl:g} s idle). Fix: POST "
+                               "/reset without session_id to start a new session")
+        return session
+
+    # ------------------------------------------------------------------ WebSocket
+    async def _websocket(self, scope: dict[str, Any], receive: Callable, send: Callable) -> None:
+        msg = await receive()
+        if msg["type"] != "websocket.connect":
+            return
+        refusal = self._refusal(scope)
+        if refusal is not None:  # before accept: the client sees an HTTP 403 handshake answer
+            await send({"type": "websocket.close", "code": 1008, "reason": refusal.code})
+            return
+        await send({"type": "websocket.accept"})
+        session = Session(sid=_new_id(), kind="ws")
+        try:
+            while True:
+                msg = await receive()
+                if msg["type"] == "websocket.disconnect":
+                    break
+                text = msg.get("text")
+                if text is None:
+                    text = (msg.get("bytes") or b"").decode("utf-8", "replace")
+                try:
+                    reply = await self._ws_message(session, text)
+                except RequestError as e:
+                    reply = {"type": "error", "data": {"message": e.message, "code": e.code}}
+                except Exception:  # noqa: BLE001 - a bug of ours: log it, answer JSON
+                    logger.exception("internal error on a WebSocket message")
+                    reply = {"type": "error", "data": {
+                        "message": "internal server error (see the server's log)",
+                        "code": "INTERNAL_ERROR"}}
+                if reply is None:  # "close"
+                    break
+                await send({"type": "websocket.send", "text": json.dumps(reply)})
+        finally:
+            if session.sid in self.sessions:
+                async with session.lock:
+                    self._drop(session, close_env=True)
+        try:
+            await send({"type": "websocket.close", "code": 1000})
+        except Exception:  # noqa: BLE001 - the client already closed the connection
+            pass
+
+    async def _ws_message(self, session: Session, text: str) -> dict[str, Any] | None:
+        message = _parse_object(text.encode("utf-8", "replace"))
+        kind = message.get("type")
+        if kind == "close":
+            return None
+        if kind not in ("reset", "step", "state"):
+            raise RequestError(400, "UNKNOWN_TYPE", f"unknown message type {kind!r}; expected "
+                               "'reset', 'step', 'state' or 'close'")
+        _check_keys(message, ("type", "data"), f"the {kind!r} message")
+        data = message.get("data", {})
+        if not isinstance(data, dict):
+            raise RequestError(422, "VALIDATION_ERROR", f"'data' of the {kind!r} message must be "
+                               "a JSON object")
+        if kind == "reset":
+            if "session_id" in data:
+                raise RequestError(422, "VALIDATION_ERROR", "a WebSocket is its own session; "
+                                   "drop 'session_id' from the reset data")
+            return {"type": "observation", "data": await self._reset(session, dict(data))}
+        if kind == "step":
+            return {"type": "observation", "data": await self._step(session, data)}
+        return {"type": "state", "data": self._state(session)}
+
+    # ------------------------------------------------------------------ session ops
+    async def _reset(self, session: Session, data: dict[str, Any]) -> dict[str, Any]:
+        env_id, seed, options, episode_id = self._reset_args(data)
+        async with session.lock:
+            session.used = time.monotonic()
+            new = session.sid not in self.sessions
+            if new:
+                if len(self.sessions) >= self.config.max_sessions:
+                    raise RequestError(503, "CAPACITY_REACHED", f"the server holds "
+                                       f"max_sessions={self.config.max_sessions} sessions. Fix: "
+                                       "close finished sessions, retry later, or start the "
+                                       "server with a larger --max-sessions")
+                self.sessions[session.sid] = session
+            host = self.hosts[env_id]
+            try:
+                if not session.live or session.env_id != env_id:
+                    if session.live:
+                        await self._call(self.hosts[session.env_id], "close", session.sid)
+                        session.live = False
+                    await self._call(host, "create", session.sid,
+                                     (env_id, self.config.envs[env_id]))
+                    session.env_id, session.live = env_id, True
+                result = await self._call(host, "reset", session.sid, (seed, options))
+            except BaseException:
+                if new:  # a session whose first reset failed is not kept (nobody knows its id)
+                    self._drop(session, close_env=True)
+                raise
+            session.seed, session.task_id = seed, result["observation"]["metadata"].get("task_id")
+            session.episode_id = episode_id or _new_id()[:16]
+            session.steps, session.done = 0, False
+            session.used = time.monotonic()
+        result["observation"]["session_id"] = session.sid
+        result["observation"]["env"] = env_id
+        return result
+
+    async def _step(self, session: Session, action: Any) -> dict[str, Any]:
+        if not isinstance(action, dict):
+            raise RequestError(422, "VALIDATION_ERROR", "the action must be a JSON object "
+                               "{'response': '<the LLM response text>'}")
+        _check_keys(action, _STEP_KEYS, "the action")
+        text = action.get("response")
+        if not isinstance(text, str):
+            raise RequestError(422, "VALIDATION_ERROR", "the action needs 'response': the LLM "
+                               f"response text (a string), got {type(text).__name__}")
+        async with session.lock:
+            if not session.live or session.sid not in self.sessions:
+                raise RequestError(409, "SESSION_ERROR", "no episode to step: send reset first"
+                                   + ("" if session.env_id is None else
+                                      f" (this session expired after ttl={self.config.ttl:g} s "
+                                      "idle or its env was lost)"))
+            if session.done:
+                raise RequestError(409, "SESSION_ERROR", "the episode has ended (done=true); "
+                                   "send reset to start the next one")
+            session.used = time.monotonic()
+            result = await self._call(self.hosts[session.env_id], "step", session.sid, text)
+            session.steps += 1
+            session.done = bool(result["done"])
+            session.used = time.monotonic()
+        result["observation"]["session_id"] = session.sid
+        result["observation"]["env"] = session.env_id
+        return result
+
+    def _state(self, session: Session) -> dict[str, Any]:
+        return {"episode_id": session.episode_id, "step_count": session.steps,
+                "session_id": session.sid, "env": session.env_id, "seed": session.seed,
+                "task_id": session.task_id, "done": session.done}
+
+    def _reset_args(self, data: dict[str, Any]) -> tuple[str, int | None, dict | None, str | None]:
+        _check_keys(data, RESET_KEYS, "the reset data")
+        env_id = data.get("env", self.default_env)
+        if env_id not in self.config.envs:
+            raise RequestError(404, "UNKNOWN_ENV", f"env {env_id!r} is not hosted here"
+                               f"{did_you_mean(env_id, self.config.envs)}; hosted: "
+                               f"{list(self.config.envs)}")
+        seed = data.get("seed")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
+            raise RequestError(422, "VALIDATION_ERROR", f"seed={seed!r} is invalid: expected an "
+                               "int >= 0 or null")
+        options = data.get("options")
+        if options is not None and not isinstance(options, dict):
+            raise RequestError(422, "VALIDATION_ERROR", "'options' must be a JSON object of the "
+                               "env's reset options")
+        options = dict(options or {})
+        for key in ("task_id", "split"):
+            if key in data:
+                options[key] = data[key]
+        episode_id = data.get("episode_id")
+        if episode_id is not None and (not isinstance(episode_id, str) or len(episode_id) > 255):
+            raise RequestError(422, "VALIDATION_ERROR", "'episode_id' must be a string of at "
+                               "most 255 characters")
+        return env_id, seed, options or None, episode_id
+
+    async def _call(self, host: Any, cmd: str, sid: str, payload: Any = None) -> Any:
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(self._pool, host.call, cmd, sid, payload)
+        except EnvRaised as e:
+            if isinstance(e.error, (ConfigError, TaskNotFound)):
+                raise RequestError(400, "INVALID_REQUEST", str(e.error)) from None
+            if isinstance(e.error, ResetNeeded):
+                raise RequestError(409, "SESSION_ERROR", str(e.error)) from None
+            if isinstance(e.error, ArlgymError):
+                raise RequestError(500, "ENV_ERROR", f"{type(e.error).__name__}: {e.error}") from None
+            logger.error("env raised during %s of session %s…:\n%s", cmd, sid[:6], e.text)
+            raise RequestError(500, "ENV_ERROR", f"the env raised during {cmd}: {e} (the "
+                               "traceback is in the server's log)") from None
+        except HostFailure as e:
+            session = self.sessions.get(sid)
+            if session is not None:  # its env died with the worker: the next reset makes one
+                session.live = False
+            raise RequestError(502, "ENV_WORKER_FAILED", str(e)) from None
+
+    # ------------------------------------------------------------------ expiry
+    def _drop(self, session: Session, *, close_env: bool, blocking: bool = False) -> None:
+        """Forget ``session``; its env is closed on the pool (or here, when ``blocking``)."""
+        self.sessions.pop(session.sid, None)
+        if close_env and session.live and session.env_id is not None:
+            session.live = False
+            host = self.hosts[session.env_id]
+            if blocking:
+                _quiet(host.call, "close", session.sid)
+            else:
+                self._pool.submit(_quiet, host.call, "close", session.sid)
+
+    async def _reap_forever(self) -> None:
+        period = max(0.05, min(5.0, self.config.ttl / 4))
+        while True:
+            await asyncio.sleep(period)
+            self.reap()
+
+    def reap(self) -> int:
+        """Drop sessions idle for more than ``ttl`` seconds (not while they are stepped)."""
+        now, n = time.monotonic(), 0
+        for s in list(self.sessions.values()):
+            if now - s.used > self.config.ttl and not s.lock.locked():
+                self._drop(s, close_env=True)
+                n += 1
+        self.expired += n
+        return n
+
+
+def _quiet(fn: Callable, *args: Any) -> None:
+    try:
+        fn(*args)
+    except Exception:  # noqa: BLE001 - closing a lost env
+        pass
+
+
+def _new_id() -> str:
+    return secrets.token_urlsafe(24)  # 192 random bits
+
+
+def _parse_object(raw: bytes) -> dict[str, Any]:
+    try:
+        data = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise RequestError(400, "INVALID_JSON", f"malformed JSON: {e}") from None
+    if not isinstance(data, dict):
+        raise RequestError(400, "INVALID_JSON", f"expected a JSON object, got "
+                           f"{type(data).__name__}")
+    return data
+
+
+def _check_keys(data: dict[str, Any], allowed: tuple[str, ...], what: str) -> None:
+    unknown = [k for k in data if k not in allowed]
+    if unknown:
+        hint = did_you_mean(unknown[0], allowed)
+        raise RequestError(422, "VALIDATION_ERROR", f"unknown key {unknown[0]!r} in {what}{hint};"
+                           f" accepted: {list(allowed)}")
+
+
+_SCHEMA = {
+    "action": {"title": "ArlgymAction", "type": "object", "additionalProperties": False,
+               "properties": {"response": {"type": "string",
+                                           "description": "the raw LLM response text"},
+                              "metadata": {"type": "object"}},
+               "required": ["response"]},
+    "observation": {"title": "ArlgymObservation", "type": "object", "properties": {
+        "prompt": {"type": "string", "description": "the prompt the policy reads next"},
+        "image_png": {"type": "string", "description": "vision envs: base64 PNG of the frame"},
+        "metadata": {"type": "object", "description": "every info key of the env, plus "
+                     "terminated and truncated"},
+        "session_id": {"type": "string"}, "env": {"type": "string"}}},
+    "state": {"title": "ArlgymState", "type": "object", "properties": {
+        "episode_id": {"type": ["string", "null"]}, "step_count": {"type": "integer"},
+        "session_id": {"type": "string"}, "env": {"type": ["string", "null"]},
+        "seed": {"type": ["integer", "null"]}, "task_id": {}, "done": {"type": "boolean"}}},
+}

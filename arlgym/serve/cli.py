@@ -1,0 +1,96 @@
+"""``arlgym serve``: host sessions of arlgym envs for OpenEnv clients and remote vector envs."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+__all__ = ["add_subparser", "parse_env_kwargs"]
+
+TOKEN_VARIABLE = "ARLGYM_SERVE_TOKEN"
+
+
+def parse_env_kwargs(env_ids: list[str], pairs: list[str]) -> dict[str, dict]:
+    """``--env-kwarg [ENV_ID:]KEY=VALUE`` flags -> ``{env_id: kwargs}``; an unprefixed key
+    needs a single ``--env`` (with several, which env it meant would be a guess)."""
+    from arlgym.cli import _parse_kwargs
+    from arlgym.errors import ConfigError
+
+    out: dict[str, dict] = {env_id: {} for env_id in env_ids}
+    for pair in pairs:
+        target, sep, rest = pair.partition(":")
+        if sep and "=" not in target:
+            if target not in out:
+                raise ConfigError(f"--env-kwarg {pair!r} names env {target!r}, which no --env "
+                                  f"hosts; hosted: {env_ids}")
+            out[target].update(_parse_kwargs([rest]))
+        elif len(env_ids) == 1:
+            out[env_ids[0]].update(_parse_kwargs([pair]))
+        else:
+            raise ConfigError(f"--env-kwarg {pair!r}: with several --env, say which env it is "
+                              f"for, e.g. --env-kwarg {env_ids[0]}:{pair}")
+    return out
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from arlgym.errors import ConfigError
+    from arlgym.serve.server import EnvServer, is_loopback
+
+    if not args.env:
+        raise ConfigError("name the envs to host: --env arl/Sokoban-v0 (repeatable); "
+                          "`arlgym envs` lists the ids")
+    if len(set(args.env)) != len(args.env):
+        raise ConfigError(f"--env names an env twice: {args.env}")
+    token = args.token if args.token is not None else os.environ.get(TOKEN_VARIABLE) or None
+    server = EnvServer(parse_env_kwargs(args.env, args.env_kwarg), host=args.host,
+                       port=args.port, token=token, insecure=args.insecure,
+                       max_sessions=args.max_sessions, ttl=args.ttl, max_body=args.max_body,
+                       workers=args.workers, threads=args.threads, timeout=args.timeout)
+    guard = "token required" if token else (
+        "loopback only" if is_loopback(args.host) else "NO token (--insecure)")
+    print(f"arlgym serve: {', '.join(args.env)} on {server.url} ({guard}; at most "
+          f"{args.max_sessions} sessions, idle ones closed after {args.ttl:g} s). "
+          f"OpenEnv clients: GenericEnvClient(base_url='{server.url}'). Ctrl-C stops.",
+          flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+def add_subparser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    p = subparsers.add_parser(
+        "serve", help="serve envs over HTTP/WebSocket (OpenEnv protocol; docs/serving.md)",
+        description="Host many sessions of arlgym envs in one server that speaks OpenEnv's "
+                    "HTTP/WebSocket protocol: OpenEnv's client, make_group_vec(servers=[...]) "
+                    "and the TRL adapter connect to it. See docs/serving.md.")
+    p.add_argument("--env", action="append", default=[], metavar="ENV_ID",
+                   help="an env id to host, repeatable; the first is the default of a reset")
+    p.add_argument("--env-kwarg", action="append", default=[], metavar="[ENV_ID:]KEY=VALUE",
+                   help="keyword for gymnasium.make of that env, repeatable "
+                        "(e.g. arl/Sokoban-v0:dim_room=7; no prefix with a single --env)")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to listen on (default: 127.0.0.1, this machine only); any "
+                        "other needs --token or --insecure")
+    p.add_argument("--port", type=int, default=8000, help="port (default: 8000; 0: any free)")
+    p.add_argument("--token", default=None,
+                   help=f"access token clients must send as 'Authorization: Bearer <token>' "
+                        f"(default: ${TOKEN_VARIABLE}, which keeps it out of `ps`)")
+    p.add_argument("--insecure", action="store_true",
+                   help="allow a non-loopback --host without a token (trusted networks only)")
+    p.add_argument("--max-sessions", type=int, default=1024,
+                   help="sessions held at once; more are refused with a clear error (default: 1024)")
+    p.add_argument("--ttl", type=float, default=600.0,
+                   help="seconds an idle session is kept before it is closed (default: 600)")
+    p.add_argument("--max-body", type=int, default=1 << 20,
+                   help="largest request body / WebSocket message in bytes (default: 1048576)")
+    p.add_argument("--workers", type=int, default=None,
+                   help="worker processes per env that is not thread-safe, e.g. ALFWorld "
+                        "(default: min(4, CPUs))")
+    p.add_argument("--threads", type=int, default=8,
+                   help="threads stepping the thread-safe envs (default: 8)")
+    p.add_argument("--timeout", type=float, default=300.0,
+                   help="seconds a worker process may take for one request (default: 300)")
+    p.set_defaults(func=_serve)
+    return p

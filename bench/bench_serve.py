@@ -1,0 +1,206 @@
+"""The env server's costs, measured in one run (docs/serving.md quotes the figures).
+
+1. Step round trip over WebSocket (:class:`arlgym.serve.RemoteEnv`, one client, one step at a
+   time) vs the in-process step, per env: the p50 the network path adds.
+2. Memory per open session: the server's RSS before and after ``--sessions`` Sokoban sessions
+   are opened and reset.
+3. Saturation throughput: ``--clients`` closed-loop WebSocket sessions stepping Sokoban as fast
+   as the server answers (steps/s), then the latency (p50/p99) at half that load, paced.
+
+The server runs in its own process (``arlgym serve``); the load generator is one asyncio
+process. Both share the machine, so on a small machine the client's own CPU is part of the
+figure: the throughput is a lower bound of the server's.
+
+    python bench/bench_serve.py                      # all parts
+    python bench/bench_serve.py --sessions 200 --seconds 3   # quicker
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import re
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import gymnasium as gym
+
+import arlgym  # noqa: F401
+from arlgym.serve.client import RemoteEnv
+
+ROOT = Path(__file__).resolve().parents[1]
+MOVES = ["up", "down", "left", "right"]
+
+
+def response(rng: random.Random) -> str:
+    return f"<think>t</think><action>{rng.choice(MOVES)}</action>"
+
+
+def start_server(envs: list[str], max_sessions: int) -> tuple[subprocess.Popen, str]:
+    cmd = [sys.executable, "-m", "arlgym.cli", "serve", "--port", "0", "--workers", "1",
+           "--max-sessions", str(max_sessions)]
+    for env_id in envs:
+        cmd += ["--env", env_id]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=env, cwd=ROOT)
+    line = proc.stdout.readline()
+    match = re.search(r"on (http://[\d.]+:\d+)", line)
+    if not match:
+        proc.kill()
+        raise SystemExit(f"the server did not start: {line}{proc.stdout.read()}")
+    return proc, match.group(1)
+
+
+def rss_mib(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as fh:
+        for line in fh:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def pct(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))]
+
+
+def round_trip(url: str, env_id: str, steps: int, seed: int = 0) -> dict[str, float]:
+    """p50/p99 of the in-process step and of the same steps over WebSocket (interleaved, so
+    both see the same machine load)."""
+    local, remote = gym.make(env_id), RemoteEnv(url, env_id, {})
+    rng = random.Random(seed)
+    t_local, t_remote, episode = [], [], seed
+    local.reset(seed=episode)
+    remote.reset(seed=episode)
+    for _ in range(steps):
+        text = response(rng) if env_id != "arl/ALFWorld-v0" else \
+            "<think>t</think><action>look</action>"
+        t0 = time.perf_counter()
+        *_, term, trunc, _ = local.step(text)
+        t1 = time.perf_counter()
+        remote.step(text)
+        t2 = time.perf_counter()
+        t_local.append(t1 - t0)
+        t_remote.append(t2 - t1)
+        if term or trunc:
+            episode += 1
+            local.reset(seed=episode)
+            remote.reset(seed=episode)
+    remote.close()
+    ms = 1e3
+    return {"local_p50_ms": statistics.median(t_local) * ms,
+            "remote_p50_ms": statistics.median(t_remote) * ms,
+            "added_p50_ms": (statistics.median(t_remote) - statistics.median(t_local)) * ms,
+            "remote_p99_ms": pct(t_remote, 0.99) * ms, "steps": steps}
+
+
+async def _open(url: str, n: int) -> list:
+    from websockets.asyncio.client import connect
+
+    ws_url = url.replace("http://", "ws://") + "/ws"
+    socks = []
+    for i in range(n):
+        ws = await connect(ws_url, max_size=None)
+        await ws.send(json.dumps({"type": "reset", "data": {"seed": i}}))
+        json.loads(await ws.recv())
+        socks.append(ws)
+    return socks
+
+
+async def _client(ws, rng: random.Random, stop: float, lat: list[float],
+                  period: float | None) -> int:
+    n, t_next = 0, time.perf_counter()
+    while time.perf_counter() < stop:
+        if period is not None:  # paced: one request every `period` seconds
+            t_next += period
+            delay = t_next - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+        t0 = time.perf_counter()
+        await ws.send(json.dumps({"type": "step", "data": {"response": response(rng)}}))
+        reply = json.loads(await ws.recv())
+        lat.append(time.perf_counter() - t0)
+        n += 1
+        if reply["type"] == "error" or reply["data"]["done"]:
+            await ws.send(json.dumps({"type": "reset", "data": {"seed": rng.randrange(10**6)}}))
+            await ws.recv()
+    return n
+
+
+async def load(url: str, clients: int, seconds: float, rate: float | None) -> dict[str, float]:
+    socks = await _open(url, clients)
+    lat: list[float] = []
+    stop = time.perf_counter() + seconds
+    period = None if rate is None else clients / rate
+    t0 = time.perf_counter()
+    counts = await asyncio.gather(*(_client(ws, random.Random(i), stop, lat, period)
+                                    for i, ws in enumerate(socks)))
+    wall = time.perf_counter() - t0
+    for ws in socks:
+        await ws.close()
+    return {"steps_per_s": sum(counts) / wall, "p50_ms": pct(lat, 0.5) * 1e3,
+            "p99_ms": pct(lat, 0.99) * 1e3, "clients": clients}
+
+
+async def hold_sessions(url: str, pid: int, n: int) -> dict[str, float]:
+    before = rss_mib(pid)
+    socks = await _open(url, n)
+    after = rss_mib(pid)
+    for ws in socks:
+        await ws.close()
+    return {"sessions": n, "rss_before_mib": before, "rss_after_mib": after,
+            "kib_per_session": (after - before) * 1024 / n}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--steps", type=int, default=2000, help="round-trip steps per env")
+    ap.add_argument("--envs", nargs="+", default=["arl/Sokoban-v0", "arl/WebShop-v0",
+                                                   "arl/ALFWorld-v0"])
+    ap.add_argument("--sessions", type=int, default=1000, help="sessions held for memory")
+    ap.add_argument("--clients", type=int, default=32, help="closed-loop clients")
+    ap.add_argument("--seconds", type=float, default=8.0, help="seconds per load phase")
+    ap.add_argument("--out", type=Path, default=None, help="write the figures as JSON here")
+    args = ap.parse_args()
+    proc, url = start_server(args.envs, max(args.sessions, args.clients) + 8)
+    out: dict[str, object] = {"cpus": os.cpu_count(), "load_avg_at_start": os.getloadavg()}
+    try:
+        out["round_trip"] = {e: round_trip(url, e, args.steps if e != "arl/ALFWorld-v0"
+                                           else max(50, args.steps // 10)) for e in args.envs}
+        for env_id, r in out["round_trip"].items():
+            print(f"{env_id:18s} in-process p50 {r['local_p50_ms']:.3f} ms | WebSocket p50 "
+                  f"{r['remote_p50_ms']:.3f} ms (+{r['added_p50_ms']:.3f}) p99 "
+                  f"{r['remote_p99_ms']:.3f} ms over {r['steps']} steps", flush=True)
+        mem = asyncio.run(hold_sessions(url, proc.pid, args.sessions))
+        out["memory"] = mem
+        print(f"{mem['sessions']} open Sokoban sessions: server RSS {mem['rss_before_mib']:.0f} "
+              f"-> {mem['rss_after_mib']:.0f} MiB ({mem['kib_per_session']:.1f} KiB/session)",
+              flush=True)
+        sat = asyncio.run(load(url, args.clients, args.seconds, None))
+        out["saturation"] = sat
+        print(f"saturation, {sat['clients']} closed-loop clients: {sat['steps_per_s']:.0f} "
+              f"steps/s (p50 {sat['p50_ms']:.2f} ms, p99 {sat['p99_ms']:.2f} ms)", flush=True)
+        half = asyncio.run(load(url, args.clients, args.seconds, sat["steps_per_s"] / 2))
+        out["half_load"] = half
+        print(f"half load, paced at {sat['steps_per_s'] / 2:.0f} steps/s: served "
+              f"{half['steps_per_s']:.0f} steps/s, p50 {half['p50_ms']:.2f} ms, p99 "
+              f"{half['p99_ms']:.2f} ms", flush=True)
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+    out["load_avg_at_end"] = os.getloadavg()
+    print(f"machine: {out['cpus']} CPUs, load average {out['load_avg_at_start'][0]:.2f} at start, "
+          f"{out['load_avg_at_end'][0]:.2f} at end (server and clients share it)")
+    if args.out:
+        args.out.write_text(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,73 @@
+"""The TRL adapter: TRL's own GRPOTrainer runs training steps of the tiny model on arl/Sokoban-v0
+through ``environment_factory`` (reset on the row's seed, the ``act`` tool, the env's reward
+logged), and a tool call parsed by TRL's own response parser plays exactly the in-process step.
+(The untrained tiny model emits no tool calls, so its rewards are all 0 and its weights do not
+move; that a tool call reaches the env is the parser test's job.)"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import pytest
+
+import arlgym  # noqa: F401
+from arlgym.serve.server import EnvServer
+from arlgym.serve.trl_env import ArlgymTRLEnv, environment_factory, seed_dataset
+
+
+def tiny_with_tool_template():
+    from trl.chat_template_utils import add_response_schema, qwen3_chat_template
+
+    from arlgym.models import load_model_and_tokenizer
+
+    model, tokenizer = load_model_and_tokenizer("tiny", seed=0)
+    tokenizer.chat_template = qwen3_chat_template  # a template TRL parses tool calls of
+    return model, add_response_schema(tokenizer)
+
+
+@pytest.mark.parametrize("remote", [False, True])
+def test_tool_call_parsed_by_trl_plays_the_in_process_step(remote):
+    _, tokenizer = tiny_with_tool_template()
+    completion = '<tool_call>\n{"name": "act", "arguments": {"action": "left"}}\n</tool_call>'
+    call = tokenizer.parse_response(completion, prefix="")["tool_calls"][0]["function"]
+    ref = gym.make("arl/Sokoban-v0")
+    _, info = ref.reset(seed=3)
+    with EnvServer({"arl/Sokoban-v0": {}}) as srv:
+        env = ArlgymTRLEnv("arl/Sokoban-v0", server=srv.url if remote else None)
+        first = env.reset(prompt=[{"role": "user", "content": "x"}], seed=3)
+        assert first.startswith(info["raw_observation"])
+        assert ", ".join(info["admissible_actions"]) in first
+        text = env.act(**call["arguments"])
+        _, reward, term, trunc, info = ref.step("<think></think><action>left</action>")
+        assert text.startswith(info["raw_observation"]) and env.infos[-1] == info
+        assert env.get_reward() == reward and env.done == (term or trunc)
+        env._close()
+
+
+def test_grpo_trainer_trains_on_sokoban_through_the_adapter(tmp_path, monkeypatch):
+    from trl import GRPOConfig, GRPOTrainer
+
+    monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")  # environment_factory is experimental
+
+    model, tokenizer = tiny_with_tool_template()
+    config = GRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none",
+                        per_device_train_batch_size=4, num_generations=2,
+                        max_completion_length=12, max_steps=2, logging_steps=1,
+                        save_strategy="no", beta=0.0, disable_tqdm=True, seed=0,
+                        dataloader_num_workers=0, log_level="error")
+    made: list[ArlgymTRLEnv] = []
+    base = environment_factory("arl/Sokoban-v0")
+
+    def factory() -> ArlgymTRLEnv:
+        made.append(base())
+        return made[-1]
+
+    trainer = GRPOTrainer(model=model, args=config, train_dataset=seed_dataset(8),
+                          environment_factory=factory, processing_class=tokenizer)
+    assert [t.__name__ for t in trainer.tools] == ["act"]
+    trainer.train()
+    logged = [row for row in trainer.state.log_history if "rewards/ArlgymTRLEnv/mean" in row]
+    assert len(logged) == 2  # the env's reward, logged at each of the 2 steps
+    # every rollout env was reset on its row's seed: its first info is that seed's task
+    ref = gym.make("arl/Sokoban-v0")
+    tasks = {ref.reset(seed=s)[1]["task_id"] for s in range(8)}
+    assert made and all(e.infos and e.infos[0]["task_id"] in tasks for e in made)
