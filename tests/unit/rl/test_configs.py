@@ -93,3 +93,12 @@ def test_sharded_runs_refuse_hf_rollouts_and_lora():
     with pytest.raises(ConfigError, match="LoRA"):
         check_rollout_support(_FakeAccelerator("DEEPSPEED"), "vllm", lora=True)
     check_rollout_support(_FakeAccelerator("DEEPSPEED"), "vllm", lora=False)
+
+
+def test_lm_head_and_logits_budget_are_checked():
+    from arlgym.rl.config import TrainConfig
+
+    assert TrainConfig().lm_head == "fused"
+    assert TrainConfig(lm_head="materialized").micro_batch_logits_mb == 1024.0
+    with pytest.raises(ConfigError, match="lm_head must be fused or materialized"):
+        TrainConfig(lm_head="liger")
