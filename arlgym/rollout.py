@@ -255,6 +255,16 @@ class RolloutCollector:
     def close(self) -> None:
         self.vec.close()
 
+    def state_dict(self) -> dict[str, Any]:
+        """What a checkpoint needs to continue this collector's stream exactly: the vector's
+        task-stream position and the number of batches played (part of every group ``uid``)."""
+        return {**self.vec.state_dict(), "batches": self._batches}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from a :meth:`state_dict` (a checkpoint of the same configuration)."""
+        self.vec.load_state_dict(state)
+        self._batches = int(state["batches"])
+
     def pop_metrics(self) -> dict[str, float]:
         """``rollout/groups_retried`` and ``rollout/groups_dropped`` since the last call (the
         trainer logs them every step), then reset the counts."""

@@ -36,11 +36,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from arlgym.rl import metrics as M
+
 __all__ = ["detect_collapse", "CollapseMonitor", "LOW_KEY", "FORMAT_KEY", "SUCCESS_KEY"]
 
-LOW_KEY = "is/out_low_neg_adv_frac"
-FORMAT_KEY = "env/format_valid_ratio"
-SUCCESS_KEY = "env/success_rate"
+# the three signals, named in the one metric vocabulary (arlgym.rl.metrics)
+LOW_KEY = M.IS_LOW_NEG
+FORMAT_KEY = M.FORMAT_VALID
+SUCCESS_KEY = M.SUCCESS_RATE
 
 _DEFAULTS: dict[str, float] = {
     "window": 3,

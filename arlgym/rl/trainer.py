@@ -37,6 +37,7 @@ import torch
 
 from arlgym.envs import env_family as family_of
 from arlgym.errors import ConfigError
+from arlgym.rl import metrics as M
 from arlgym.rl.advantages import advantage_metrics, compute_advantages
 from arlgym.rl.batching import (
     TokenSample,
@@ -325,8 +326,7 @@ class Trainer:
             (tmp / "trainer_state.json").write_text(json.dumps({"step": self.step}))
         # each rank's task-stream position (ranks draw disjoint tasks)
         (tmp / f"collector_rank{self.accelerator.process_index}.json").write_text(
-            json.dumps({"next_seed": self.collector.vec._next_seed,
-                        "batches": self.collector._batches}))
+            json.dumps(self.collector.state_dict()))
         self.accelerator.wait_for_everyone()
         if self.accelerator.is_main_process:
             shutil.rmtree(path, ignore_errors=True)
@@ -351,8 +351,7 @@ class Trainer:
         # of an interrupted and resumed run equals that of an uninterrupted one
         log = self.out / "metrics.jsonl"
         if self.accelerator.is_main_process and log.exists():
-            rows = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
-            kept = [r for r in rows if r.get("step", 0) <= self.step]
+            kept = [r for r in M.read_metrics_jsonl(log) if r.get(M.STEP, 0) <= self.step]
             log.write_text("".join(json.dumps(r) + "\n" for r in kept))
         self.accelerator.wait_for_everyone()
 
@@ -360,8 +359,7 @@ class Trainer:
         self.accelerator.load_state(str(path))
         self.step = json.loads((path / "trainer_state.json").read_text())["step"]
         state = json.loads((path / f"collector_rank{self.accelerator.process_index}.json").read_text())
-        self.collector.vec._next_seed = state["next_seed"]
-        self.collector._batches = state["batches"]
+        self.collector.load_state_dict(state)
 
     # ------------------------------------------------------------------ one step
     def _sampling(self, attempt: int):
@@ -528,8 +526,8 @@ class Trainer:
                 self.scheduler.step()
                 self.optimizer.zero_grad(set_to_none=True)
         out = {k: v / max(1.0, weight_total) for k, v in sums.items()}
-        # each rank holds its share of the global sum; _reduce_metrics averages over ranks
-        out.update({k: float(np.mean(v)) * world if v else 0.0 for k, v in step_losses.items()})
+        # each rank holds its share of the global sum; _reduce_metrics adds them up (M.LOSS)
+        out.update({k: float(np.mean(v)) if v else 0.0 for k, v in step_losses.items()})
         out["grad_norm"] = float(np.mean(grad_norms)) if grad_norms else 0.0
         out["learning_rate"] = float(self.scheduler.get_last_lr()[0])
         return out
@@ -550,13 +548,13 @@ class Trainer:
         self.step += 1
         self._sync_rollout_weights()
         env = {
-            "env/success_rate": float(np.mean([t.won for t in rolled])) if rolled else 0.0,
-            "env/score": float(np.mean([t.score for t in rolled])) if rolled else 0.0,
-            "env/episode_return": float(np.mean([t.episode_return for t in rolled])) if rolled else 0.0,
-            "env/episode_length": float(np.mean([t.length for t in rolled])) if rolled else 0.0,
-            "env/format_valid_ratio": float(np.mean([s.format_valid for t in rolled for s in t.steps])) if rolled else 0.0,
-            "env/action_valid_ratio": float(np.mean([s.action_valid for t in rolled for s in t.steps])) if rolled else 0.0,
-            "env/turns": float(sum(t.length for t in rolled)),  # responses sampled, kept or not (per rank)
+            M.SUCCESS_RATE: float(np.mean([t.won for t in rolled])) if rolled else 0.0,
+            M.SCORE: float(np.mean([t.score for t in rolled])) if rolled else 0.0,
+            M.EPISODE_RETURN: float(np.mean([t.episode_return for t in rolled])) if rolled else 0.0,
+            M.EPISODE_LENGTH: float(np.mean([t.length for t in rolled])) if rolled else 0.0,
+            M.FORMAT_VALID: float(np.mean([s.format_valid for t in rolled for s in t.steps])) if rolled else 0.0,
+            M.ACTION_VALID: float(np.mean([s.action_valid for t in rolled for s in t.steps])) if rolled else 0.0,
+            M.TURNS: float(sum(t.length for t in rolled)),  # responses sampled, kept or not (per rank)
         }
         metrics.update(env)
         if recomputed:
@@ -565,20 +563,27 @@ class Trainer:
         if len(adv):
             metrics.update({k: float(v) for k, v in advantage_metrics(adv).items()})
         tokens = sum(s.num_tokens for s in samples)
-        metrics.update({"samples": float(len(samples)), "tokens": float(tokens),
-                        "response_length": float(np.mean([len(s.response_ids) for s in samples]))
-                        if samples else 0.0, "time/rollout_s": t_roll,
-                        "time/train_s": t_train, "time/step_s": time.perf_counter() - t0,
-                        "tokens_per_s": tokens / max(1e-9, t_train)})
+        metrics.update({M.SAMPLES: float(len(samples)), M.TOKENS: float(tokens),
+                        M.RESPONSE_LENGTH: float(np.mean([len(s.response_ids) for s in samples]))
+                        if samples else 0.0, M.TIME_ROLLOUT: t_roll,
+                        M.TIME_TRAIN: t_train, M.TIME_STEP: time.perf_counter() - t0,
+                        M.TOKENS_PER_S: tokens / max(1e-9, t_train)})
         return self._reduce_metrics(metrics)
 
     def _reduce_metrics(self, metrics: dict[str, float]) -> dict[str, float]:
+        """Combine the ranks' metrics, each key by its reduction in :mod:`arlgym.rl.metrics`
+        (counts such as ``env/turns`` and ``tokens`` add up; rates average)."""
         if self.accelerator.num_processes == 1:
             return metrics
-        keys = sorted(metrics)
-        t = torch.tensor([metrics[k] for k in keys], device=self.accelerator.device)
-        t = self.accelerator.reduce(t, reduction="mean")
-        return dict(zip(keys, t.tolist(), strict=True))
+        acc = self.accelerator
+
+        def collective(values: list[float], how: str) -> list[float]:
+            t = torch.tensor(values, device=acc.device)
+            if how == "min":
+                return (-acc.reduce(-t, reduction="max")).tolist()
+            return acc.reduce(t, reduction=how).tolist()
+
+        return M.reduce_across(metrics, collective)
 
     def evaluate(self) -> dict[str, float]:
         from arlgym.evaluation.runner import evaluate
@@ -597,8 +602,8 @@ class Trainer:
         finally:
             model.train()
         o = summary["overall"]
-        return {"eval/success_rate": o["success_rate"], "eval/success_se": o["success_se"],
-                "eval/score": o["mean_score"], "eval/format_valid_ratio": o["format_valid_ratio"]}
+        return {M.EVAL_SUCCESS: o["success_rate"], M.EVAL_SUCCESS_SE: o["success_se"],
+                M.EVAL_SCORE: o["mean_score"], M.EVAL_FORMAT_VALID: o["format_valid_ratio"]}
 
     def train(self) -> list[dict[str, float]]:
         from tqdm.auto import tqdm
@@ -616,17 +621,17 @@ class Trainer:
                 if acc.is_main_process:
                     metrics.update(self.evaluate())
                     if cfg.save_best:
-                        self._keep_if_best(metrics["eval/success_rate"])
+                        self._keep_if_best(metrics[M.EVAL_SUCCESS])
                 acc.wait_for_everyone()
-            metrics["step"] = self.step
+            metrics[M.STEP] = self.step
             stop = self._check_collapse(alarm, metrics)
             history.append(metrics)
             if acc.is_main_process:
                 with log_path.open("a") as fh:
                     fh.write(json.dumps(metrics) + "\n")
                 bar.update(1)
-                bar.set_postfix(success=f"{metrics['env/success_rate']:.2f}",
-                                fmt=f"{metrics['env/format_valid_ratio']:.2f}")
+                bar.set_postfix(success=f"{metrics[M.SUCCESS_RATE]:.2f}",
+                                fmt=f"{metrics[M.FORMAT_VALID]:.2f}")
             acc.log(metrics, step=self.step)
             if stop:
                 self._restore_healthy(alarm.fired)
@@ -652,17 +657,14 @@ class Trainer:
             return None
         from arlgym.arena.alarm import CollapseMonitor
 
-        rows = []
-        if log_path.exists():
-            rows = [json.loads(line) for line in log_path.read_text().splitlines() if line.strip()]
-        return CollapseMonitor(rows)
+        return CollapseMonitor(M.read_metrics_jsonl(log_path))
 
     def _check_collapse(self, alarm, metrics: dict[str, float]) -> bool:
         """Feed this step to the alarm; log ``alarm/collapse``; whether the run must stop."""
         if alarm is None:
             return False
         verdict = alarm.update(metrics)
-        metrics["alarm/collapse"] = float(alarm.fired is not None)
+        metrics[M.ALARM_COLLAPSE] = float(alarm.fired is not None)
         if verdict is not None and self.accelerator.is_main_process:
             warnings.warn(f"collapse alarm at step {verdict['detected_at']} (began at step "
                           f"{verdict['step']}): {verdict['reason']}", stacklevel=2)
@@ -750,13 +752,13 @@ class Trainer:
         import shutil
 
         best, record = self.out / "best", self.out / "best" / "best.json"
-        if record.exists() and json.loads(record.read_text())["eval/success_rate"] >= score:
+        if record.exists() and json.loads(record.read_text())[M.EVAL_SUCCESS] >= score:
             return
         tmp = self.out / "best.tmp"
         shutil.rmtree(tmp, ignore_errors=True)
         self.save_model(tmp)
         (tmp / "best.json").write_text(json.dumps(
-            {"step": self.step, "eval/success_rate": score, "eval_split": self.cfg.eval_split,
+            {"step": self.step, M.EVAL_SUCCESS: score, "eval_split": self.cfg.eval_split,
              "eval_episodes": self.cfg.eval_episodes}))
         shutil.rmtree(best, ignore_errors=True)
         tmp.rename(best)

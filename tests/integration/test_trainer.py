@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from arlgym.errors import ConfigError
+from arlgym.rl import metrics as M
 from arlgym.rl.cli import parse_train_config
 from arlgym.rl.presets import PRESETS
 from arlgym.rl.trainer import Trainer
@@ -42,6 +43,7 @@ def test_every_preset_runs_one_step(tmp_path, algo):
     assert (tmp_path / "final" / "config.json").exists()
     logged = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert logged[0]["step"] == 1
+    assert M.undefined(m) == []  # every logged key is in the vocabulary, with its reduction
 
 
 def test_grpo_step_on_tir_math_uses_the_tir_column(tmp_path):
@@ -90,6 +92,16 @@ def test_kill_and_resume_gives_identical_weights(tmp_path):
         assert torch.equal(wa[k], wb[k]), k
     steps = [json.loads(line)["step"] for line in (b / "metrics.jsonl").read_text().splitlines()]
     assert steps == [1, 2, 3, 4]
+
+
+def test_resume_reads_past_a_torn_last_line(tmp_path):
+    """A kill while writing metrics.jsonl leaves a torn line; resume and the alarm read past it."""
+    _run(tmp_path, "--algo", "grpo", "--max_steps", "2", "--save_steps", "2")
+    log = tmp_path / "metrics.jsonl"
+    log.write_text(log.read_text() + '{"step": 3, "env/success_ra')
+    _run(tmp_path, "--algo", "grpo", "--max_steps", "3", "--resume", "true")
+    steps = [json.loads(line)["step"] for line in log.read_text().splitlines()]
+    assert steps == [1, 2, 3]
 
 
 def test_config_errors(tmp_path):
