@@ -50,6 +50,7 @@ from arlgym.rl.batching import (
     token_samples,
 )
 from arlgym.rl.config import TrainConfig, check_env
+from arlgym.rl.correction import RolloutCorrection
 from arlgym.rl.distributed import check_rollout_support, full_weights, set_launcher_env
 from arlgym.rl.lora import adapters_disabled, apply_lora, merged_copy, merged_weights
 from arlgym.rl.losses import policy_loss
@@ -210,6 +211,8 @@ class Trainer:
             raise ConfigError("old_logprobs rollout: EMPG needs the entropies of a trainer forward "
                               "pass; use old_logprobs recompute (or auto)")
         self.local_tasks = cfg.num_tasks // acc.num_processes
+        self.correction = RolloutCorrection(cfg.rollout_correction, cfg.rollout_correction_cap,
+                                            cfg.rollout_correction_floor)
         self.engine = cfg.rollout_engine
         if self.engine == "auto":
             self.engine = "vllm" if torch.cuda.is_available() and _has_vllm() else "hf"
@@ -410,7 +413,9 @@ class Trainer:
                 raise ConfigError("old_logprobs rollout: the rollout policy returned no log-probs "
                                   "for some turns; use old_logprobs recompute")
             return True
-        return mode == "auto" and self.engine == "hf" and have and not need_entropy
+        # a rollout correction compares the sampler's log-probs with the learner's own
+        return (mode == "auto" and self.engine == "hf" and have and not need_entropy
+                and not self.correction.active)
 
     @torch.no_grad()
     def _fill_logprobs(self, samples: list[TokenSample], need_entropy: bool) -> bool:
@@ -460,6 +465,14 @@ class Trainer:
             out[row, : len(v)] = v
         return out.to(self.accelerator.device)
 
+    def _weights(self, samples: list[TokenSample], idx: list[int], width: int) -> torch.Tensor:
+        """The rollout-correction weights of ``idx`` as a (len(idx), width) tensor."""
+        out = torch.zeros(len(idx), width)
+        for row, i in enumerate(idx):
+            w = samples[i].extra["rollout_weight"]
+            out[row, : len(w)] = w
+        return out.to(self.accelerator.device)
+
     def _update(self, samples: list[TokenSample], adv: torch.Tensor) -> dict[str, float]:
         cfg, acc = self.cfg, self.accelerator
         loss_kw = policy_loss_kwargs(self.algo)
@@ -504,10 +517,12 @@ class Trainer:
                             a = adv[idx].to(acc.device)
                         else:
                             old, ref, a = logp.detach(), (logp.detach() if self.use_ref else None), torch.zeros(1, device=acc.device)
+                        weights = ({"token_weights": self._weights(samples, idx, width)}
+                                   if self.correction.active and n_local else {})
                         loss, metrics = policy_loss(
                             name, logp, old, a, response_mask, ref_logp=ref,
                             entropy=ent, global_tokens=g_tokens, num_seqs=g_seqs,
-                            **loss_kw)
+                            **weights, **loss_kw)
                         scale = 0.0 if dummy else float(world)  # DDP averages; we want sums
                         acc.backward(loss * scale)
                     if not dummy:
@@ -541,6 +556,8 @@ class Trainer:
         adv_kw = advantage_kwargs(self.algo)
         adv_name = adv_kw.pop("name")
         recomputed = self._fill_logprobs(samples, need_entropy=(adv_name == "empg"))
+        # the correction hook: mismatch diagnostics, and (unless none) each sample's weights
+        corr_metrics = self.correction.apply(samples) if recomputed else {}
         adv = compute_advantages(adv_name, samples, **adv_kw) if samples else torch.zeros(0)
         t1 = time.perf_counter()
         metrics = self._update(samples, adv)
@@ -559,6 +576,7 @@ class Trainer:
         metrics.update(env)
         if recomputed:
             metrics.update(rollout_mismatch_metrics(samples))
+        metrics.update(corr_metrics)
         metrics.update({k: float(v) for k, v in fmetrics.items()})
         if len(adv):
             metrics.update({k: float(v) for k, v in advantage_metrics(adv).items()})

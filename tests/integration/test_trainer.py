@@ -327,3 +327,24 @@ def test_a_dead_env_worker_is_replaced_and_its_group_replayed_and_logged(tmp_pat
     assert history[0]["env/turns"] == history[0]["samples"] == 8.0
     logged = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert logged[0]["rollout/groups_retried"] == 1.0
+
+
+@pytest.mark.parametrize("method", ["tis_token", "icepop"])
+def test_rollout_correction_recomputes_old_logprobs_and_logs_the_mismatch(tmp_path, method):
+    """With a correction the learner recomputes its old log-probs (auto) and compares them with
+    the sampler's: HF generate on the live fp32 model agrees to float rounding, so the weights
+    are ~1 and nothing is masked or truncated; the mismatch diagnostics are logged."""
+    _, history = _run(tmp_path, "--algo", "grpo", "--max_steps", "1",
+                      "--rollout_correction", method, "--rollout_correction_cap", "3.0")
+    m = history[0]
+    assert 0.0 <= m["mismatch/kl"] < 1e-4
+    assert abs(m["mismatch/ratio_q50"] - 1.0) < 1e-3
+    assert abs(m["mismatch/weight_mean"] - 1.0) < 1e-3
+    assert m["mismatch/masked_frac"] == 0.0 and m["mismatch/truncated_frac"] == 0.0
+    assert "rollout/logprob_abs_diff_mean" in m  # recomputed: the old gap check runs too
+    assert M.undefined(m) == []
+
+
+def test_rollout_correction_none_logs_no_mismatch_when_old_logprobs_come_from_the_sampler(tmp_path):
+    _, history = _run(tmp_path, "--algo", "grpo", "--max_steps", "1")
+    assert not any(k.startswith("mismatch/") for k in history[0])
