@@ -42,7 +42,8 @@ class StepRecord:
     ``won``/``score`` describe the state after the turn. Vision turns also keep the image the
     prompt showed (``image``, uint8 H×W×3) and, for model policies, the exact image tensors the
     model read (``image_inputs``, see :class:`~arlgym.policies.base.Completion`); neither is
-    written to JSONL (:data:`NOT_SERIALISED`).
+    written to JSONL (:data:`NOT_SERIALISED`). ``policy_version`` is the learner version whose
+    weights sampled the turn (asynchronous rollouts; None when the sampler is the live model).
     """
 
     uid: str
@@ -70,6 +71,7 @@ class StepRecord:
     finish_reason: str | None = None
     image: Any | None = None
     image_inputs: dict[str, Any] | None = None
+    policy_version: int | None = None
 
     @property
     def done(self) -> bool:

@@ -68,6 +68,16 @@ class TrainConfig:
                                                   "engine may take (the rest is for training).")
     vllm_max_model_len: int = _f(0, "vLLM context length (0: the model's own; set it to prompt + "
                                     "response length to shrink the KV cache reservation).")
+    async_rollouts: bool = _f(False, "Play rollouts in worker processes (each with its own "
+                                     "weights copy, HF engine on CPU) while the learner trains; "
+                                     "new weights are pushed after every update (docs/async.md).")
+    rollout_workers: int = _f(1, "Rollout worker processes (async_rollouts).")
+    max_staleness: int = _f(1, "async_rollouts: most updates a trained rollout batch may lag the "
+                               "learner (0: sampled by the current weights, the synchronous "
+                               "schedule).")
+    staleness_policy: str = _f("pace", "async_rollouts: how max_staleness is kept: pace (the "
+                                       "workers wait) | drop (over-stale batches are discarded) "
+                                       "| withhold (their tasks are played again).")
     num_tasks: int = _f(16, "Task groups per step, over all ranks (Table 6 'User Prompt Number').")
     group_size: int = _f(8, "Rollouts per task, GRPO's G (Table 6: 8).")
     temperature: float = _f(1.0, "Rollout sampling temperature (Table 6: 1.0).")
@@ -180,6 +190,17 @@ class TrainConfig:
             raise ConfigError(f"rollout_correction {self.rollout_correction} compares the "
                               "sampler's log-probs with the learner's, but old_logprobs rollout "
                               "makes them the same. Fix: --old_logprobs recompute (or auto)")
+        from arlgym.rl.staleness import POLICIES
+
+        if self.staleness_policy not in POLICIES:
+            raise ConfigError(f"staleness_policy={self.staleness_policy!r} is unknown: expected "
+                              f"one of {', '.join(POLICIES)}. Fix: --staleness_policy pace")
+        if self.async_rollouts and self.rollout_engine == "vllm":
+            raise ConfigError("async_rollouts runs HF engines in worker processes; vLLM rollout "
+                              "workers are not available yet. Fix: --rollout_engine hf")
+        if self.async_rollouts and self.lora_r:
+            raise ConfigError("async_rollouts with LoRA is not available yet (the workers take "
+                              "full weights). Fix: --lora_r 0 or --async_rollouts false")
         if self.ppo_epochs < 1:
             raise ConfigError(f"ppo_epochs must be >= 1, got {self.ppo_epochs}")
         for name in ("env_kwargs", "loss_kwargs", "advantage_kwargs"):
@@ -205,7 +226,8 @@ _RANGES: dict[str, Any] = {
     "lora_alpha": "gt0", "gamma": (0, 1), "step_weight": (0, None), "clip_low": (0, None),
     "clip_high": (0, None), "seq_mask_delta": (0, None), "kl_coef": (0, None),
     "max_tries": (1, None), "cold_start_steps": (0, None), "rollout_correction_cap": "gt0",
-    "rollout_correction_floor": (0, None),
+    "rollout_correction_floor": (0, None), "rollout_workers": (1, None),
+    "max_staleness": (0, None),
 }
 #: Example values for the fields whose default is None (for the fix hint of an error).
 _EXAMPLES: dict[str, Any] = {

@@ -42,7 +42,8 @@ __all__ = [
     "EVAL_SUCCESS", "EVAL_SUCCESS_SE", "EVAL_SCORE", "EVAL_FORMAT_VALID", "ALARM_COLLAPSE",
     "GROUPS_RETRIED", "GROUPS_DROPPED", "LOGPROB_DIFF_MEAN", "LOGPROB_DIFF_MAX",
     "PROB_DIFF_MEAN", "MISMATCH_KL", "MISMATCH_RATIO_Q", "MISMATCH_MASKED", "MISMATCH_WEIGHT",
-    "STALENESS_MEAN", "STALENESS_MAX",
+    "STALENESS_MEAN", "STALENESS_MAX", "ASYNC_DROPPED", "ASYNC_WITHHELD", "ASYNC_RESTARTS",
+    "ASYNC_BUSY", "TIME_WAIT",
 ]
 
 REDUCTIONS = ("mean", "sum", "max", "min")
@@ -138,6 +139,13 @@ _m("mismatch/truncated_frac", "mean", "tokens (or sequences' tokens) whose TIS w
 STALENESS_MEAN = _m("staleness/mean", "mean", "mean updates between sampling and training")
 STALENESS_MAX = _m("staleness/max", "max", "most updates between sampling and training")
 _family("staleness/hist_", "sum", "turn samples trained on, by their staleness in updates")
+ASYNC_DROPPED = _m("async/dropped_groups", "sum", "rollout jobs discarded as over-stale (drop)")
+ASYNC_WITHHELD = _m("async/withheld_groups", "sum",
+                    "rollout jobs whose task was replayed as over-stale (withhold)")
+ASYNC_RESTARTS = _m("async/worker_restarts", "sum", "rollout workers that died and were replaced")
+ASYNC_BUSY = _m("async/rollout_busy_frac", "mean",
+                "fraction of the rollout workers' wall time spent playing jobs (1 − idle)")
+TIME_WAIT = _m("time/learner_wait_s", "max", "seconds the learner waited for rollouts this step")
 # ---------------------------------------------------------------- eval and alarm (rank 0)
 EVAL_SUCCESS = _m("eval/success_rate", "mean", "greedy success on the periodic eval list")
 EVAL_SUCCESS_SE = _m("eval/success_se", "mean", "its standard error")

@@ -72,6 +72,8 @@ class StalenessScheduler:
     capacity: int = 0
     version: int = 0
     started: int = 0
+    #: groups admitted and not lost to a worker failure (pace's admission count)
+    admitted: int = 0
     next_task: int = 0
     dropped: int = 0
     withheld: int = 0
@@ -100,7 +102,7 @@ class StalenessScheduler:
         if len(self.queue) + len(self.in_flight) >= self.capacity:
             return False
         if self.policy == "pace":
-            return self.started < (self.version + self.max_staleness + 1) * self.batch_groups
+            return self.admitted < (self.version + self.max_staleness + 1) * self.batch_groups
         return True
 
     def start(self) -> tuple[int, int, int]:
@@ -111,6 +113,7 @@ class StalenessScheduler:
         task = self.replay.popleft() if self.replay else self._new_task()
         gid = self.started
         self.started += 1
+        self.admitted += 1
         self.in_flight[gid] = (task, self.version)
         return gid, task, self.version
 
@@ -127,6 +130,7 @@ class StalenessScheduler:
         """A worker died with group ``gid`` in flight: its task is played again (any policy)."""
         task, _ = self.in_flight.pop(gid)
         self.replay.appendleft(task)
+        self.admitted -= 1  # its replay takes the admission slot it held
 
     # ------------------------------------------------------------------ learner side
     def _too_old(self, version: int, at: int) -> bool:

@@ -213,6 +213,14 @@ class Trainer:
         self.local_tasks = cfg.num_tasks // acc.num_processes
         self.correction = RolloutCorrection(cfg.rollout_correction, cfg.rollout_correction_cap,
                                             cfg.rollout_correction_floor)
+        if cfg.async_rollouts and acc.num_processes > 1:
+            raise ConfigError("async_rollouts runs on one process for now (its workers are "
+                              "processes of their own). Fix: launch without accelerate's "
+                              "multi-process config, or --async_rollouts false")
+        #: asynchronous rollout workers (started at the first rollout, after a resume) and the
+        #: task-stream state a resumed run hands them
+        self.rollouts = None
+        self._async_state: dict[str, Any] | None = None
         self.engine = cfg.rollout_engine
         if self.engine == "auto":
             self.engine = "vllm" if torch.cuda.is_available() and _has_vllm() else "hf"
@@ -223,6 +231,9 @@ class Trainer:
 
         # A vision-language model samples and trains with its processor's image inputs.
         self.processor = load_processor(cfg.model) if is_vision_model(model) else None
+        if cfg.async_rollouts and self.processor is not None:
+            raise ConfigError("async_rollouts does not take vision-language models yet. Fix: "
+                              "--async_rollouts false")
         if self.processor is not None:
             self.tokenizer = self.processor.tokenizer
         self.lora = cfg.lora_r > 0
@@ -263,10 +274,11 @@ class Trainer:
             self.sampler.returns_of = lambda traj: traj.task_return
         from arlgym.rollout import RolloutCollector
 
+        self._env_seed = cfg.seed * 1_000_003 + acc.process_index * 10_000_019
+        self._wait_s = 0.0
         self.collector = RolloutCollector(
             cfg.env_id, self.policy, group_size=cfg.group_size, num_tasks=self.local_tasks,
-            env_kwargs=cfg.env_kwargs, seed=cfg.seed * 1_000_003 + acc.process_index * 10_000_019,
-            progress=False)
+            env_kwargs=cfg.env_kwargs, seed=self._env_seed, progress=False)
         if acc.is_main_process:
             self.out.mkdir(parents=True, exist_ok=True)
             (self.out / "config.json").write_text(json.dumps(
@@ -308,7 +320,9 @@ class Trainer:
             policy.sync_weights(full_weights(self.accelerator, self.model))
 
     def _sync_rollout_weights(self) -> None:
-        if self.engine == "vllm":  # HF generate samples from the live model: nothing to copy
+        if self.rollouts is not None:  # async workers: the next version, to every worker
+            self.rollouts.push(self.accelerator.unwrap_model(self.model).state_dict())
+        elif self.engine == "vllm":  # HF generate samples from the live model: nothing to copy
             self._push_weights(self.policy)
 
     def _checkpoint_dir(self, step: int) -> Path:
@@ -328,8 +342,11 @@ class Trainer:
         if self.accelerator.is_main_process:
             (tmp / "trainer_state.json").write_text(json.dumps({"step": self.step}))
         # each rank's task-stream position (ranks draw disjoint tasks)
+        state = self.collector.state_dict()
+        if self.cfg.async_rollouts:  # the async task stream (tasks admitted, not yet trained)
+            state["async"] = self.rollouts.state_dict() if self.rollouts else self._async_state
         (tmp / f"collector_rank{self.accelerator.process_index}.json").write_text(
-            json.dumps(self.collector.state_dict()))
+            json.dumps(state))
         self.accelerator.wait_for_everyone()
         if self.accelerator.is_main_process:
             shutil.rmtree(path, ignore_errors=True)
@@ -363,13 +380,15 @@ class Trainer:
         self.step = json.loads((path / "trainer_state.json").read_text())["step"]
         state = json.loads((path / f"collector_rank{self.accelerator.process_index}.json").read_text())
         self.collector.load_state_dict(state)
+        self._async_state = state.get("async")
 
     # ------------------------------------------------------------------ one step
-    def _sampling(self, attempt: int):
+    def _sampling(self, attempt: int, step: int | None = None):
         from arlgym.policies import SamplingParams
 
         c = self.cfg
-        seed = (c.seed * 7919 + self.step * 104_729 + attempt * 1_299_709
+        step = self.step if step is None else step
+        seed = (c.seed * 7919 + step * 104_729 + attempt * 1_299_709
                 + self.accelerator.process_index * 15_485_863) % 2**31
         return SamplingParams(temperature=c.temperature, top_p=c.top_p, top_k=c.top_k,
                               max_new_tokens=c.max_new_tokens, seed=seed)
@@ -382,7 +401,10 @@ class Trainer:
         attempt = [0]
 
         def rollout_groups() -> list[list[Any]]:
-            trajs = self.collector.collect(sampling=self._sampling(attempt[0]))
+            if self.cfg.async_rollouts:
+                trajs = self._async_batch()
+            else:
+                trajs = self.collector.collect(sampling=self._sampling(attempt[0]))
             attempt[0] += 1
             rolled.extend(trajs)
             g = self.cfg.group_size
@@ -396,7 +418,34 @@ class Trainer:
         finally:
             unwrapped.train()
         fmetrics = {**fmetrics, **self.collector.pop_metrics()}  # groups retried/dropped
+        if self.rollouts is not None:  # the workers' own counts, added in
+            for key, val in self.rollouts.pop_metrics().items():
+                fmetrics[key] = fmetrics.get(key, 0.0) + val
         return groups, rolled, fmetrics
+
+    def _async_batch(self) -> list[Any]:
+        """The next rollout batch from the async workers (started on first use, so that a
+        resumed run hands them its weights, step and task stream)."""
+        if self.rollouts is None:
+            from dataclasses import asdict
+
+            from arlgym.rl.async_rollout import AsyncRollouts, _Spec
+
+            cfg, acc = self.cfg, self.accelerator
+            spec = _Spec(model=cfg.model, seed=cfg.seed, env_id=cfg.env_id,
+                         env_kwargs=dict(cfg.env_kwargs), group_size=cfg.group_size,
+                         num_tasks=self.local_tasks, env_seed=self._env_seed,
+                         generation_batch_size=cfg.generation_batch_size,
+                         torch_threads=cfg.torch_threads)
+            self.rollouts = AsyncRollouts(
+                spec, acc.unwrap_model(self.model).state_dict(), num_workers=cfg.rollout_workers,
+                max_staleness=cfg.max_staleness, policy=cfg.staleness_policy,
+                sampling=lambda task: asdict(self._sampling(0, step=task)),
+                version=self.step, state=self._async_state)
+        t0 = time.perf_counter()
+        trajs, _, _ = self.rollouts.next_batch()
+        self._wait_s += time.perf_counter() - t0
+        return trajs
 
     def _logprobs(self, model: Any, sub: list[TokenSample], with_entropy: bool):
         return sample_logprobs(model, sub, self.tokenizer.pad_token_id, self.accelerator.device,
@@ -413,9 +462,11 @@ class Trainer:
                 raise ConfigError("old_logprobs rollout: the rollout policy returned no log-probs "
                                   "for some turns; use old_logprobs recompute")
             return True
-        # a rollout correction compares the sampler's log-probs with the learner's own
+        # a rollout correction compares the sampler's log-probs with the learner's own; a
+        # stale async sample's log-probs are an older policy's, not the learner's
+        fresh = all(s.extra.get("staleness", 0) == 0 for s in samples)
         return (mode == "auto" and self.engine == "hf" and have and not need_entropy
-                and not self.correction.active)
+                and not self.correction.active and fresh)
 
     @torch.no_grad()
     def _fill_logprobs(self, samples: list[TokenSample], need_entropy: bool) -> bool:
@@ -549,10 +600,15 @@ class Trainer:
 
     def train_step(self) -> dict[str, float]:
         t0 = time.perf_counter()
+        self._wait_s = 0.0
         groups, rolled, fmetrics = self._rollout()
         t_roll = time.perf_counter() - t0
         trajs = [t for g in groups for t in g]
         samples = token_samples(trajs)
+        if self.cfg.async_rollouts:  # each turn's staleness: updates since its weights
+            versions = [st.policy_version for t in trajs for st in t.steps]
+            for s, v in zip(samples, versions, strict=True):
+                s.extra["staleness"] = self.step - int(v)
         adv_kw = advantage_kwargs(self.algo)
         adv_name = adv_kw.pop("name")
         recomputed = self._fill_logprobs(samples, need_entropy=(adv_name == "empg"))
@@ -577,6 +633,10 @@ class Trainer:
         if recomputed:
             metrics.update(rollout_mismatch_metrics(samples))
         metrics.update(corr_metrics)
+        if self.cfg.async_rollouts:
+            metrics.update(_staleness_metrics([s.extra["staleness"] for s in samples],
+                                              self.cfg.max_staleness))
+            metrics[M.TIME_WAIT] = self._wait_s
         metrics.update({k: float(v) for k, v in fmetrics.items()})
         if len(adv):
             metrics.update({k: float(v) for k, v in advantage_metrics(adv).items()})
@@ -664,8 +724,15 @@ class Trainer:
             self.final_evaluation()
         acc.wait_for_everyone()
         acc.end_training()
-        self.collector.close()
+        self.close()
         return history
+
+    def close(self) -> None:
+        """Stop the env vector and the async rollout workers (idempotent)."""
+        self.collector.close()
+        if self.rollouts is not None:
+            self.rollouts.close()
+            self.rollouts = None
 
     # ------------------------------------------------------------------ collapse alarm hook
     def _collapse_monitor(self, log_path: Path):
@@ -780,6 +847,15 @@ class Trainer:
              "eval_episodes": self.cfg.eval_episodes}))
         shutil.rmtree(best, ignore_errors=True)
         tmp.rename(best)
+
+
+def _staleness_metrics(staleness: list[int], k: int) -> dict[str, float]:
+    """Mean, max and histogram (``staleness/hist_0..k``) of the trained turns' staleness."""
+    out = {M.STALENESS_MEAN: float(np.mean(staleness)) if staleness else 0.0,
+           M.STALENESS_MAX: float(max(staleness)) if staleness else 0.0}
+    for i in range(k + 1):
+        out[f"staleness/hist_{i}"] = float(sum(1 for x in staleness if x == i))
+    return out
 
 
 class _null:

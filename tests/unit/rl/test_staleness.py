@@ -79,12 +79,13 @@ def test_withhold_loses_no_task(k, batch, workers, schedule, fails):
 
 
 @settings(max_examples=200, deadline=None)
-@given(schedule=events, **params)
-def test_pace_never_deadlocks(k, batch, workers, schedule):
-    """From any reachable state, finishing the groups in flight and starting new ones lets the
-    learner take its next batch."""
+@given(schedule=events, fails=st.sets(st.integers(0, 299), max_size=20), **params)
+def test_pace_never_deadlocks(k, batch, workers, schedule, fails):
+    """From any reachable state (worker deaths included), finishing the groups in flight and
+    starting new ones lets the learner take its next batch; nothing beyond k on the way."""
     schedule = [w % (workers + 1) for w in schedule]
-    s, holding, *_ = simulate("pace", k, batch, workers, schedule)
+    s, holding, _, stale, _ = simulate("pace", k, batch, workers, schedule, fails)
+    assert all(0 <= x <= k for x in stale) and s.dropped == s.withheld == 0
     drain(s, holding)
     version = s.version
     for _ in range(4 * batch * (k + 2)):
