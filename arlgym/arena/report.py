@@ -66,6 +66,9 @@ CURVES: dict[str, tuple[str, list[str]]] = {
     "response_length": ("response length (tokens)", [M.RESPONSE_LENGTH]),
     "masked_frac": ("sequence-masked fraction", [M.SEQ_MASKED]),
     "mismatch_kl": ("sampler/learner mismatch KL (k3)", [M.MISMATCH_KL]),
+    "staleness": ("staleness of the trained turns (updates, mean)", [M.STALENESS_MEAN]),
+    "learner_wait": ("seconds the learner waited for rollouts", [M.TIME_WAIT]),
+    "rollout_busy": ("rollout workers' busy fraction", [M.ASYNC_BUSY]),
 }
 
 
