@@ -156,7 +156,8 @@ class AsyncRollouts:
         self.spec = spec
         self.sampling = sampling
         self.max_restarts = max_restarts
-        self.restarts = 0
+        self.restarts = 0  # since the last pop_metrics
+        self.total_restarts = 0
         self._ctx = torch.multiprocessing.get_context("spawn")
         self.results = self._ctx.Queue()
         self.sched = StalenessScheduler(max_staleness=max_staleness, policy=policy,
@@ -193,13 +194,14 @@ class AsyncRollouts:
             if w.process.is_alive():
                 continue
             self.restarts += 1
+            self.total_restarts += 1
             lost = f" with job {w.job.task} in flight (played again)" if w.job else ""
             warnings.warn(f"async rollouts: worker {w.index} died (exit code "
                           f"{w.process.exitcode}){lost}; replacing it", stacklevel=2)
             if w.job is not None:
                 self.sched.fail(w.job.gid)
-            if self.restarts > self.max_restarts:
-                raise WorkerError(f"async rollouts: {self.restarts} worker deaths (more than "
+            if self.total_restarts > self.max_restarts:
+                raise WorkerError(f"async rollouts: {self.total_restarts} worker deaths (more than "
                                   f"{self.max_restarts}); something is wrong for good")
             self.workers[i] = self._spawn(w.index)
 
