@@ -217,10 +217,6 @@ class Trainer:
             raise ConfigError("async_rollouts runs on one process for now (its workers are "
                               "processes of their own). Fix: launch without accelerate's "
                               "multi-process config, or --async_rollouts false")
-        #: asynchronous rollout workers (started at the first rollout, after a resume) and the
-        #: task-stream state a resumed run hands them
-        self.rollouts = None
-        self._async_state: dict[str, Any] | None = None
         self.engine = cfg.rollout_engine
         if self.engine == "auto":
             self.engine = "vllm" if torch.cuda.is_available() and _has_vllm() else "hf"
@@ -275,10 +271,10 @@ class Trainer:
         from arlgym.rollout import RolloutCollector
 
         self._env_seed = cfg.seed * 1_000_003 + acc.process_index * 10_000_019
-        self._wait_s = 0.0
-        self.collector = RolloutCollector(
+        collector = RolloutCollector(
             cfg.env_id, self.policy, group_size=cfg.group_size, num_tasks=self.local_tasks,
             env_kwargs=cfg.env_kwargs, seed=self._env_seed, progress=False)
+        self.source = self._make_source(collector)
         if acc.is_main_process:
             self.out.mkdir(parents=True, exist_ok=True)
             (self.out / "config.json").write_text(json.dumps(
@@ -290,6 +286,43 @@ class Trainer:
             self._resume()
 
     # ------------------------------------------------------------------ plumbing
+    @property
+    def collector(self) -> Any:
+        """The in-process collector of the rollout source."""
+        return self.source.collector
+
+    @collector.setter
+    def collector(self, value: Any) -> None:
+        self.source.collector = value
+
+    def _make_source(self, collector: Any) -> Any:
+        """The rollout source (:mod:`arlgym.rl.sources`): in-process, or async workers."""
+        from arlgym.rl.sources import AsyncSource, InProcessSource
+
+        if not self.cfg.async_rollouts:
+            push = (lambda: self._push_weights(self.policy)) if self.engine == "vllm" else None
+            return InProcessSource(collector, lambda step, attempt: self._sampling(attempt, step),
+                                   push=push)
+        return AsyncSource(collector, self._start_async)
+
+    def _start_async(self, version: int, state: dict[str, Any] | None) -> Any:
+        """Start the async rollout workers at learner version ``version`` (its step)."""
+        from dataclasses import asdict
+
+        from arlgym.rl.async_rollout import AsyncRollouts, _Spec
+
+        cfg, acc = self.cfg, self.accelerator
+        spec = _Spec(model=cfg.model, seed=cfg.seed, env_id=cfg.env_id,
+                     env_kwargs=dict(cfg.env_kwargs), group_size=cfg.group_size,
+                     num_tasks=self.local_tasks, env_seed=self._env_seed,
+                     generation_batch_size=cfg.generation_batch_size,
+                     torch_threads=cfg.torch_threads)
+        return AsyncRollouts(
+            spec, acc.unwrap_model(self.model).state_dict(), num_workers=cfg.rollout_workers,
+            max_staleness=cfg.max_staleness, policy=cfg.staleness_policy,
+            sampling=lambda task: asdict(self._sampling(0, step=task)), version=version,
+            state=state)
+
     def _make_policy(self):
         if self.engine == "vllm":
             from arlgym.models import model_path
@@ -320,10 +353,8 @@ class Trainer:
             policy.sync_weights(full_weights(self.accelerator, self.model))
 
     def _sync_rollout_weights(self) -> None:
-        if self.rollouts is not None:  # async workers: the next version, to every worker
-            self.rollouts.push(self.accelerator.unwrap_model(self.model).state_dict())
-        elif self.engine == "vllm":  # HF generate samples from the live model: nothing to copy
-            self._push_weights(self.policy)
+        # vLLM and async workers keep their own copy; HF generate samples from the live model
+        self.source.updated(lambda: self.accelerator.unwrap_model(self.model).state_dict())
 
     def _checkpoint_dir(self, step: int) -> Path:
         return self.out / "checkpoints" / f"step-{step:06d}"
@@ -342,11 +373,8 @@ class Trainer:
         if self.accelerator.is_main_process:
             (tmp / "trainer_state.json").write_text(json.dumps({"step": self.step}))
         # each rank's task-stream position (ranks draw disjoint tasks)
-        state = self.collector.state_dict()
-        if self.cfg.async_rollouts:  # the async task stream (tasks admitted, not yet trained)
-            state["async"] = self.rollouts.state_dict() if self.rollouts else self._async_state
         (tmp / f"collector_rank{self.accelerator.process_index}.json").write_text(
-            json.dumps(state))
+            json.dumps(self.source.state_dict()))
         self.accelerator.wait_for_everyone()
         if self.accelerator.is_main_process:
             shutil.rmtree(path, ignore_errors=True)
@@ -379,8 +407,7 @@ class Trainer:
         self.accelerator.load_state(str(path))
         self.step = json.loads((path / "trainer_state.json").read_text())["step"]
         state = json.loads((path / f"collector_rank{self.accelerator.process_index}.json").read_text())
-        self.collector.load_state_dict(state)
-        self._async_state = state.get("async")
+        self.source.load_state_dict(state)
 
     # ------------------------------------------------------------------ one step
     def _sampling(self, attempt: int, step: int | None = None):
@@ -401,10 +428,7 @@ class Trainer:
         attempt = [0]
 
         def rollout_groups() -> list[list[Any]]:
-            if self.cfg.async_rollouts:
-                trajs = self._async_batch()
-            else:
-                trajs = self.collector.collect(sampling=self._sampling(attempt[0]))
+            trajs = self.source.batch(self.step, attempt[0])
             attempt[0] += 1
             rolled.extend(trajs)
             g = self.cfg.group_size
@@ -417,35 +441,8 @@ class Trainer:
                 groups, fmetrics = self.sampler.sample(rollout_groups, self.step)
         finally:
             unwrapped.train()
-        fmetrics = {**fmetrics, **self.collector.pop_metrics()}  # groups retried/dropped
-        if self.rollouts is not None:  # the workers' own counts, added in
-            for key, val in self.rollouts.pop_metrics().items():
-                fmetrics[key] = fmetrics.get(key, 0.0) + val
+        fmetrics = {**fmetrics, **self.source.pop_metrics()}  # groups retried/dropped, async
         return groups, rolled, fmetrics
-
-    def _async_batch(self) -> list[Any]:
-        """The next rollout batch from the async workers (started on first use, so that a
-        resumed run hands them its weights, step and task stream)."""
-        if self.rollouts is None:
-            from dataclasses import asdict
-
-            from arlgym.rl.async_rollout import AsyncRollouts, _Spec
-
-            cfg, acc = self.cfg, self.accelerator
-            spec = _Spec(model=cfg.model, seed=cfg.seed, env_id=cfg.env_id,
-                         env_kwargs=dict(cfg.env_kwargs), group_size=cfg.group_size,
-                         num_tasks=self.local_tasks, env_seed=self._env_seed,
-                         generation_batch_size=cfg.generation_batch_size,
-                         torch_threads=cfg.torch_threads)
-            self.rollouts = AsyncRollouts(
-                spec, acc.unwrap_model(self.model).state_dict(), num_workers=cfg.rollout_workers,
-                max_staleness=cfg.max_staleness, policy=cfg.staleness_policy,
-                sampling=lambda task: asdict(self._sampling(0, step=task)),
-                version=self.step, state=self._async_state)
-        t0 = time.perf_counter()
-        trajs, _, _ = self.rollouts.next_batch()
-        self._wait_s += time.perf_counter() - t0
-        return trajs
 
     def _logprobs(self, model: Any, sub: list[TokenSample], with_entropy: bool):
         return sample_logprobs(model, sub, self.tokenizer.pad_token_id, self.accelerator.device,
@@ -600,7 +597,6 @@ class Trainer:
 
     def train_step(self) -> dict[str, float]:
         t0 = time.perf_counter()
-        self._wait_s = 0.0
         groups, rolled, fmetrics = self._rollout()
         t_roll = time.perf_counter() - t0
         trajs = [t for g in groups for t in g]
@@ -636,7 +632,6 @@ class Trainer:
         if self.cfg.async_rollouts:
             metrics.update(_staleness_metrics([s.extra["staleness"] for s in samples],
                                               self.cfg.max_staleness))
-            metrics[M.TIME_WAIT] = self._wait_s
         metrics.update({k: float(v) for k, v in fmetrics.items()})
         if len(adv):
             metrics.update({k: float(v) for k, v in advantage_metrics(adv).items()})
@@ -729,10 +724,7 @@ class Trainer:
 
     def close(self) -> None:
         """Stop the env vector and the async rollout workers (idempotent)."""
-        self.collector.close()
-        if self.rollouts is not None:
-            self.rollouts.close()
-            self.rollouts = None
+        self.source.close()
 
     # ------------------------------------------------------------------ collapse alarm hook
     def _collapse_monitor(self, log_path: Path):

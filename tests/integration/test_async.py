@@ -81,7 +81,7 @@ def test_a_killed_rollout_worker_is_replaced_with_a_warning(tmp_path):
     trainer = _trainer(tmp_path, "--max_steps", "3", *ASYNC, "--max_staleness", "1")
     try:
         first = trainer.train_step()
-        victim = trainer.rollouts.workers[0].process
+        victim = trainer.source.rollouts.workers[0].process
         os.kill(victim.pid, signal.SIGKILL)
         victim.join(timeout=10)
         with pytest.warns(UserWarning, match="worker 0 died"):
