@@ -27,6 +27,10 @@ The rule (every threshold is a keyword of :func:`detect_collapse`):
    and in a fast collapse it is gone again once every response is broken and no advantage is
    left to push on).
 
+The rule does not read ``mismatch/kl`` (sampler/learner gap, :mod:`arlgym.rl.correction`):
+whether it leads a collapse here has not been measured, so it is plotted by the report but not
+judged.
+
 Runs shorter than ``min_steps`` are never judged. :class:`CollapseMonitor` runs the same rule
 online, one row at a time, for the trainer.
 """
