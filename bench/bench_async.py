@@ -1,6 +1,7 @@
 """Synchronous vs asynchronous rollouts: throughput and idle time of one trainer config.
 
-For each env (default: TIR Math, whose sandboxed code cells make it env-bound, and Sokoban) it
+For each env (default: ALFWorld, whose PDDL steps take tens of milliseconds, TIR Math, with
+its sandboxed code cells, and Sokoban, model-bound on CPU) it
 trains the same preset from the same seed three or more ways — synchronous, and
 ``async_rollouts`` with ``max_staleness`` k for each ``--ks`` value (``staleness_policy pace``,
 ``--workers`` rollout processes) — and reports, over the steps after ``--warmup``:
@@ -31,6 +32,7 @@ from typing import Any
 from arlgym.rl import metrics as M
 
 ENVS = {
+    "alfworld": ("arl/ALFWorld-v0", {"max_steps": 6}),
     "tir": ("arl/TIRMath-v0", {"max_steps": 2, "sandbox_timeout": 2.0}),
     "sokoban": ("arl/Sokoban-v0", {"max_steps": 4}),
 }
@@ -67,7 +69,7 @@ def run(env: str, extra: list[str], args: argparse.Namespace, out: Path) -> dict
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--envs", default="tir,sokoban")
+    p.add_argument("--envs", default="alfworld,tir,sokoban")
     p.add_argument("--ks", default="1,2", help="max_staleness values of the async runs")
     p.add_argument("--workers", type=int, default=1)
     p.add_argument("--steps", type=int, default=8)

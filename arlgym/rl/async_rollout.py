@@ -301,11 +301,18 @@ class AsyncRollouts:
                 w.jobs.put(None)
             except (OSError, ValueError):
                 pass
+        # drain the results queue meanwhile: a worker that put a batch nobody will train on
+        # cannot exit before its queue's feeder thread has flushed it
+        deadline = time.perf_counter() + 10
+        while any(w.process.is_alive() for w in self.workers) and time.perf_counter() < deadline:
+            try:
+                self.results.get(timeout=0.1)
+            except queue.Empty:
+                pass
         for w in self.workers:
-            w.process.join(timeout=10)
             if w.process.is_alive():
                 w.process.kill()
-                w.process.join(timeout=5)
+            w.process.join(timeout=5)
 
 
 def _clone(weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
