@@ -5,10 +5,14 @@ One step, top to bottom (paper §2, Appendix B; ARLArena's loop, reference §6):
 1. **Rollout** — every rank plays its own task groups (``num_tasks / world_size`` groups of
    ``group_size``) through the shared :class:`~arlgym.rollout.RolloutCollector` with the live
    model (HF ``generate``; vLLM when configured, weights synced after each update). Whole
-   groups stay on one rank, so group-relative advantages need no communication.
+   groups stay on one rank, so group-relative advantages need no communication. The batch
+   comes from a rollout source (:mod:`arlgym.rl.sources`); with ``async_rollouts`` worker
+   processes play it under a staleness bound while the learner trains (docs/async.md).
 2. **Dynamic sampling** (presets with a filter) — groups whose returns are all equal are
    dropped and more groups are rolled, up to ``max_tries`` rollouts.
-3. **Old / reference log-probs** — recomputed without grad on the exact sampled tokens.
+3. **Old / reference log-probs** — recomputed without grad on the exact sampled tokens; the
+   optional rollout correction (:mod:`arlgym.rl.correction`) weighs each token by the gap
+   between the sampler's log-probs and these.
 4. **Advantages** — the preset's estimator over the turn samples (GRPO / GiGPO / EMPG).
 5. **Update** — ``ppo_epochs`` passes of mini-batches, each split into token-budgeted
    micro-batches; the preset's loss with global token/sequence counts (so the loss does not
