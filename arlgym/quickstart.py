@@ -40,6 +40,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from arlgym.rl import metrics as M
+
 __all__ = ["QuickstartConfig", "rl_phase_summary", "run_quickstart", "paired_difference",
            "choose_threads", "greedy_eval", "sampled_eval", "arena_spec", "read_arena_run",
            "CutShort", "RLRunFailed"]
@@ -256,12 +258,12 @@ def _plot(sft_log: list[dict], runs: dict[str, dict[str, Any]], sft_test: float 
     a.set(title="SFT (tiny model, expert demos)", xlabel="step", ylabel="loss")
     for i, (algo, run) in enumerate(runs.items()):
         color = f"C{i}"
-        rows = [r for r in run["rows"] if "env/success_rate" in r]
-        b.plot([r["step"] for r in rows], [r["env/success_rate"] for r in rows], color=color,
+        rows = [r for r in run["rows"] if M.SUCCESS_RATE in r]
+        b.plot([r["step"] for r in rows], [r[M.SUCCESS_RATE] for r in rows], color=color,
                label=f"{algo.upper()} rollouts (T=1)")
-        val = [r for r in run["rows"] if "eval/success_rate" in r]
+        val = [r for r in run["rows"] if M.EVAL_SUCCESS in r]
         if val:
-            b.plot([r["step"] for r in val], [r["eval/success_rate"] for r in val], "o--",
+            b.plot([r["step"] for r in val], [r[M.EVAL_SUCCESS] for r in val], "o--",
                    color=color, label=f"{algo.upper()} greedy, val rooms")
         b.plot([run["best_step"]], [run["summary"]["success_rate"]], "*", ms=12, color=color,
                label=f"{algo.upper()} greedy, test rooms ({run['checkpoint']})")
@@ -280,13 +282,13 @@ def _plot(sft_log: list[dict], runs: dict[str, dict[str, Any]], sft_test: float 
 def rl_phase_summary(rl_log: list[dict], temperature: float) -> dict[str, Any]:
     """Malformed-response ratio over every RL rollout turn (each step's ratio weighted by its
     number of sampled turns) and the first/last step's rollout success."""
-    rl_log = [h for h in rl_log if "env/turns" in h]
-    responses = sum(h["env/turns"] for h in rl_log)
-    invalid = sum(h["env/turns"] * (1.0 - h["env/format_valid_ratio"]) for h in rl_log)
+    rl_log = [h for h in rl_log if M.TURNS in h]
+    responses = sum(h[M.TURNS] for h in rl_log)
+    invalid = sum(h[M.TURNS] * (1.0 - h[M.FORMAT_VALID]) for h in rl_log)
     return {"temperature": temperature, "steps": len(rl_log), "responses": int(responses),
             "invalid_ratio": invalid / responses if responses else 0.0,
-            "first_success": rl_log[0]["env/success_rate"] if rl_log else 0.0,
-            "last_success": rl_log[-1]["env/success_rate"] if rl_log else 0.0}
+            "first_success": rl_log[0][M.SUCCESS_RATE] if rl_log else 0.0,
+            "last_success": rl_log[-1][M.SUCCESS_RATE] if rl_log else 0.0}
 
 
 def _verdict(effect: dict[str, float]) -> str:

@@ -42,7 +42,8 @@ class StepRecord:
     ``won``/``score`` describe the state after the turn. Vision turns also keep the image the
     prompt showed (``image``, uint8 H×W×3) and, for model policies, the exact image tensors the
     model read (``image_inputs``, see :class:`~arlgym.policies.base.Completion`); neither is
-    written to JSONL (:data:`NOT_SERIALISED`).
+    written to JSONL (:data:`NOT_SERIALISED`). ``policy_version`` is the learner version whose
+    weights sampled the turn (asynchronous rollouts; None when the sampler is the live model).
     """
 
     uid: str
@@ -70,6 +71,7 @@ class StepRecord:
     finish_reason: str | None = None
     image: Any | None = None
     image_inputs: dict[str, Any] | None = None
+    policy_version: int | None = None
 
     @property
     def done(self) -> bool:
@@ -259,6 +261,16 @@ class RolloutCollector:
 
     def close(self) -> None:
         self.vec.close()
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a checkpoint needs to continue this collector's stream exactly: the vector's
+        task-stream position and the number of batches played (part of every group ``uid``)."""
+        return {**self.vec.state_dict(), "batches": self._batches}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from a :meth:`state_dict` (a checkpoint of the same configuration)."""
+        self.vec.load_state_dict(state)
+        self._batches = int(state["batches"])
 
     def pop_metrics(self) -> dict[str, float]:
         """``rollout/groups_retried`` and ``rollout/groups_dropped`` since the last call (the

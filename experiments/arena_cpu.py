@@ -25,6 +25,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from arlgym.rl import metrics as M
+
 ALGOS = "grpo,grpo_st,gspo,cispo,cispo_sm,sapo,gigpo,dapo_gigpo,sampo"
 
 
@@ -98,8 +100,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     t_grid = time.perf_counter() - t1
     folder = write_report([spec.out])
     report = json.loads((folder / "report.json").read_text())
-    per_run = [sum(json.loads(line).get("time/step_s", 0.0)
-                   for line in (Path(r["folder"]) / "metrics.jsonl").read_text().splitlines() if line)
+    per_run = [sum(row.get(M.TIME_STEP, 0.0)
+                   for row in M.read_metrics_jsonl(Path(r["folder"]) / "metrics.jsonl"))
                for r in report["runs"]]
     result = {"start": start, "grid_results": results, "args": vars(args),
               "minutes": {"start": t_start / 60, "grid_wall": t_grid / 60,

@@ -30,6 +30,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from arlgym.rl import metrics as M
+
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -107,7 +109,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     minutes = (time.perf_counter() - t) / 60
     result = {"name": args.name, "trainer_flags": trainer_flags, "start_dir": str(start_dir),
               "evals": evals, "minutes": minutes,
-              "rollout_success": [round(h["env/success_rate"], 3) for h in log],
+              "rollout_success": [round(h[M.SUCCESS_RATE], 3) for h in log],
               "step_s": [round(h.get("time/step_s", 0.0), 1) for h in log]}
     (run / "probe.json").write_text(json.dumps(result, indent=1))
     return result

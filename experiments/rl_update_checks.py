@@ -24,6 +24,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from arlgym.rl import metrics as M
+
 
 def _trainer(start: Path, out: Path, steps: int, flags: list[str]) -> Any:
     import torch
@@ -44,7 +46,7 @@ def same_rooms(trainer: Any) -> list[dict[str, float]]:
     while trainer.step < trainer.cfg.max_steps:
         trainer.collector.vec._next_seed = first
         m = trainer.train_step()
-        rows.append({"step": trainer.step, "success": m["env/success_rate"], "kl": m.get("kl", 0.0)})
+        rows.append({"step": trainer.step, "success": m[M.SUCCESS_RATE], "kl": m.get("kl", 0.0)})
         print(f"step {trainer.step}: rollout success on the same rooms {m['env/success_rate']:.1%}, "
               f"KL {m.get('kl', 0.0):.4f}", flush=True)
     return rows

@@ -27,6 +27,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from arlgym.rl import metrics as M
+
 
 def _greedy_eval(spec: str, episodes: int, out: Path) -> dict[str, Any]:
     from arlgym.evaluation.runner import evaluate
@@ -53,11 +55,11 @@ def _plot(log: list[dict[str, float]], before: dict, after: dict, path: Path) ->
 
     fig, ax = plt.subplots(figsize=(7, 4))
     steps = [h["step"] for h in log]
-    ax.plot(steps, [h["env/success_rate"] for h in log], alpha=0.5, label="rollout success (T=1)")
-    ax.plot(steps, [h["env/format_valid_ratio"] for h in log], alpha=0.5, label="format valid (T=1)")
-    ev = [h for h in log if "eval/success_rate" in h]
+    ax.plot(steps, [h[M.SUCCESS_RATE] for h in log], alpha=0.5, label="rollout success (T=1)")
+    ax.plot(steps, [h[M.FORMAT_VALID] for h in log], alpha=0.5, label="format valid (T=1)")
+    ev = [h for h in log if M.EVAL_SUCCESS in h]
     if ev:
-        ax.errorbar([h["step"] for h in ev], [h["eval/success_rate"] for h in ev],
+        ax.errorbar([h["step"] for h in ev], [h[M.EVAL_SUCCESS] for h in ev],
                     yerr=[h["eval/success_se"] for h in ev], marker="o", label="greedy eval (val split)")
     last = steps[-1] if steps else 0
     for x, r, name in ((0, before, "SFT"), (last, after, "SFT+RL")):
@@ -140,7 +142,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "--seed", str(args.seed), *args.extra])
         Trainer(cfg).train()
         timings["rl_s"] = time.perf_counter() - t
-    log = [json.loads(line) for line in (rl_dir / "metrics.jsonl").read_text().splitlines() if line]
+    log = M.read_metrics_jsonl(rl_dir / "metrics.jsonl")
     t = time.perf_counter()
     after = _greedy_eval(f"hf:{final}", args.eval, out / "eval_rl.jsonl")
     timings["eval_after_s"] = time.perf_counter() - t

@@ -27,6 +27,10 @@ The rule (every threshold is a keyword of :func:`detect_collapse`):
    and in a fast collapse it is gone again once every response is broken and no advantage is
    left to push on).
 
+The rule does not read ``mismatch/kl`` (sampler/learner gap, :mod:`arlgym.rl.correction`):
+whether it leads a collapse here has not been measured, so it is plotted by the report but not
+judged.
+
 Runs shorter than ``min_steps`` are never judged. :class:`CollapseMonitor` runs the same rule
 online, one row at a time, for the trainer.
 """
@@ -36,11 +40,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from arlgym.rl import metrics as M
+
 __all__ = ["detect_collapse", "CollapseMonitor", "LOW_KEY", "FORMAT_KEY", "SUCCESS_KEY"]
 
-LOW_KEY = "is/out_low_neg_adv_frac"
-FORMAT_KEY = "env/format_valid_ratio"
-SUCCESS_KEY = "env/success_rate"
+# the three signals, named in the one metric vocabulary (arlgym.rl.metrics)
+LOW_KEY = M.IS_LOW_NEG
+FORMAT_KEY = M.FORMAT_VALID
+SUCCESS_KEY = M.SUCCESS_RATE
 
 _DEFAULTS: dict[str, float] = {
     "window": 3,

@@ -35,6 +35,7 @@ from typing import Any
 
 from arlgym.arena.alarm import detect_collapse
 from arlgym.errors import ConfigError
+from arlgym.rl import metrics as M
 
 __all__ = ["RunResult", "load_runs", "pick_checkpoint", "build_table", "write_report", "DIMENSIONS", "CURVES"]
 
@@ -51,19 +52,23 @@ _DIMENSION_OF = {a: d for d, algos in DIMENSIONS.items() for a in algos}
 
 #: curve file name -> (title, metric keys plotted in it)
 CURVES: dict[str, tuple[str, list[str]]] = {
-    "success": ("rollout success rate", ["env/success_rate"]),
-    "val_success": ("greedy success on the validation panel", ["eval/success_rate"]),
-    "format_valid": ("format-valid ratio", ["env/format_valid_ratio"]),
-    "kl_ref": ("KL to the reference (k3)", ["kl"]),
-    "kl_old_new": ("KL old/new (k3)", ["is/ppo_kl_k3"]),
-    "entropy": ("token entropy", ["entropy"]),
-    "grad_norm": ("gradient norm", ["grad_norm"]),
-    "clip_low": ("clip fraction, low", ["clip_ratio/low_mean"]),
-    "clip_high": ("clip fraction, high", ["clip_ratio/high_mean"]),
-    "is_low_neg": ("IS ratio < 1-ε with A < 0 (token fraction)", ["is/out_low_neg_adv_frac"]),
-    "is_high_pos": ("IS ratio > 1+ε with A > 0 (token fraction)", ["is/out_high_pos_adv_frac"]),
-    "response_length": ("response length (tokens)", ["response_length"]),
-    "masked_frac": ("sequence-masked fraction", ["seq_mask/masked_frac"]),
+    "success": ("rollout success rate", [M.SUCCESS_RATE]),
+    "val_success": ("greedy success on the validation panel", [M.EVAL_SUCCESS]),
+    "format_valid": ("format-valid ratio", [M.FORMAT_VALID]),
+    "kl_ref": ("KL to the reference (k3)", [M.KL_REF]),
+    "kl_old_new": ("KL old/new (k3)", [M.PPO_KL_K3]),
+    "entropy": ("token entropy", [M.ENTROPY]),
+    "grad_norm": ("gradient norm", [M.GRAD_NORM]),
+    "clip_low": ("clip fraction, low", [M.CLIP_LOW]),
+    "clip_high": ("clip fraction, high", [M.CLIP_HIGH]),
+    "is_low_neg": ("IS ratio < 1-ε with A < 0 (token fraction)", [M.IS_LOW_NEG]),
+    "is_high_pos": ("IS ratio > 1+ε with A > 0 (token fraction)", [M.IS_HIGH_POS]),
+    "response_length": ("response length (tokens)", [M.RESPONSE_LENGTH]),
+    "masked_frac": ("sequence-masked fraction", [M.SEQ_MASKED]),
+    "mismatch_kl": ("sampler/learner mismatch KL (k3)", [M.MISMATCH_KL]),
+    "staleness": ("staleness of the trained turns (updates, mean)", [M.STALENESS_MEAN]),
+    "learner_wait": ("seconds the learner waited for rollouts", [M.TIME_WAIT]),
+    "rollout_busy": ("rollout workers' busy fraction", [M.ASYNC_BUSY]),
 }
 
 
@@ -100,17 +105,6 @@ class RunResult:
         return float(sum(r.get(key, 0.0) for r in self.rows))
 
 
-def _read_rows(path: Path) -> list[dict[str, Any]]:
-    rows = []
-    if path.exists():
-        for line in path.read_text().splitlines():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue  # a torn last line of a killed run
-    return rows
-
-
 def load_runs(outs: Sequence[str | Path], skipped: list[str] | None = None) -> list[RunResult]:
     """Every finished run folder (``*/seed-*/config.json``) under the given grid folders.
 
@@ -136,7 +130,7 @@ def load_runs(outs: Sequence[str | Path], skipped: list[str] | None = None) -> l
                 if skipped is not None:
                     skipped.append(str(folder))
                 continue
-            rows = _read_rows(folder / "metrics.jsonl")
+            rows = M.read_metrics_jsonl(folder / "metrics.jsonl")
             runs.append(RunResult(folder=folder, label=folder.parent.name,
                                   algo=config.get("algo", folder.parent.name.split("__")[0]),
                                   seed=int(config.get("seed", 0)), config=config, rows=rows,
@@ -184,11 +178,11 @@ def pick_checkpoint(run: RunResult, checkpoint: str) -> tuple[str, dict[str, Any
     if "last" in run.evals:
         return "last", run.evals["last"]["overall"]
     # no test eval: the last periodic (validation) eval, if any
-    val = [r for r in run.rows if "eval/success_rate" in r]
+    val = [r for r in run.rows if M.EVAL_SUCCESS in r]
     if val:
         r = val[-1]
-        return "last (val)", {"success_rate": r["eval/success_rate"],
-                              "mean_score": r.get("eval/score", float("nan"))}
+        return "last (val)", {"success_rate": r[M.EVAL_SUCCESS],
+                              "mean_score": r.get(M.EVAL_SCORE, float("nan"))}
     return "none", None
 
 
@@ -231,8 +225,8 @@ def build_table(runs: Sequence[RunResult], checkpoint: str = "auto") -> dict[str
                 "seeds": [r.seed for r in group], "n_eval": len(succ),
                 "collapsed": collapsed,
                 "steps": [len(r.rows) for r in group],
-                "env_steps": _mean_se([r.total("env/turns") for r in group])[0],
-                "tokens": _mean_se([r.total("tokens") for r in group])[0],
+                "env_steps": _mean_se([r.total(M.TURNS) for r in group])[0],
+                "tokens": _mean_se([r.total(M.TOKENS) for r in group])[0],
             }
         rows.append(row)
     for env in envs:  # % change against GRPO (same override variant when there is one)

@@ -111,6 +111,15 @@ class GroupVecEnv:
         """The group (task) index of env ``env_index``."""
         return env_index // self.group_size
 
+    def state_dict(self) -> dict[str, int]:
+        """The task-stream position (the seed the next ``reset`` draws its groups from), so a
+        resumed run continues with the tasks an uninterrupted one would have played."""
+        return {"next_seed": int(self._next_seed)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue the task stream from a :meth:`state_dict`."""
+        self._next_seed = int(state["next_seed"])
+
     def _reset_calls(
         self,
         seed: int | None,

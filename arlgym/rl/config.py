@@ -68,6 +68,16 @@ class TrainConfig:
                                                   "engine may take (the rest is for training).")
     vllm_max_model_len: int = _f(0, "vLLM context length (0: the model's own; set it to prompt + "
                                     "response length to shrink the KV cache reservation).")
+    async_rollouts: bool = _f(False, "Play rollouts in worker processes (each with its own "
+                                     "weights copy, HF engine on CPU) while the learner trains; "
+                                     "new weights are pushed after every update (docs/async.md).")
+    rollout_workers: int = _f(1, "Rollout worker processes (async_rollouts).")
+    max_staleness: int = _f(1, "async_rollouts: most updates a trained rollout batch may lag the "
+                               "learner (0: sampled by the current weights, the synchronous "
+                               "schedule).")
+    staleness_policy: str = _f("pace", "async_rollouts: how max_staleness is kept: pace (the "
+                                       "workers wait) | drop (over-stale batches are discarded) "
+                                       "| withhold (their tasks are played again).")
     num_tasks: int = _f(16, "Task groups per step, over all ranks (Table 6 'User Prompt Number').")
     group_size: int = _f(8, "Rollouts per task, GRPO's G (Table 6: 8).")
     temperature: float = _f(1.0, "Rollout sampling temperature (Table 6: 1.0).")
@@ -114,6 +124,18 @@ class TrainConfig:
                                    "own) | auto (rollout for HF generate, which samples from the "
                                    "live fp32 model, so both agree to ~1e-6 and the pass is saved; "
                                    "recompute for vLLM and for EMPG, which needs the entropies).")
+    rollout_correction: str = _f("none", "Off-policy correction of the gap between the sampler's "
+                                         "log-probs and the learner's (engine numerics, stale "
+                                         "weights): none | tis_token | tis_seq (truncated IS) | "
+                                         "mis_token | mis_seq (masked IS) | icepop (two-sided "
+                                         "token mask). Needs the learner's own old log-probs, so "
+                                         "old_logprobs auto recomputes them (docs/async.md).")
+    rollout_correction_cap: float | None = _f(None, "C of TIS/MIS (β of IcePop): the weight cap "
+                                                    "or the band's top; unset: the source's "
+                                                    "value (2; IcePop 5).")
+    rollout_correction_floor: float | None = _f(None, "Bottom of the MIS/IcePop band (α of "
+                                                      "IcePop); unset: the source's value (MIS "
+                                                      "0, IcePop 0.5).")
     share_prompts: bool = _f(True, "Run a prompt that several turn samples share (every group's "
                                    "first turn) once, its keys/values reused by each member's "
                                    "response; same loss and gradients, less compute.")
@@ -176,6 +198,25 @@ class TrainConfig:
             raise ConfigError(f"test_episodes must be >= 0, got {self.test_episodes}")
         if self.episode_norm not in (None, "turns", "trajectories"):
             raise ConfigError(f"episode_norm must be turns or trajectories, got {self.episode_norm!r}")
+        from arlgym.rl.correction import RolloutCorrection
+
+        RolloutCorrection(self.rollout_correction, self.rollout_correction_cap,
+                          self.rollout_correction_floor)  # names and band, with the fix
+        if self.rollout_correction != "none" and self.old_logprobs == "rollout":
+            raise ConfigError(f"rollout_correction {self.rollout_correction} compares the "
+                              "sampler's log-probs with the learner's, but old_logprobs rollout "
+                              "makes them the same. Fix: --old_logprobs recompute (or auto)")
+        from arlgym.rl.staleness import POLICIES
+
+        if self.staleness_policy not in POLICIES:
+            raise ConfigError(f"staleness_policy={self.staleness_policy!r} is unknown: expected "
+                              f"one of {', '.join(POLICIES)}. Fix: --staleness_policy pace")
+        if self.async_rollouts and self.rollout_engine == "vllm":
+            raise ConfigError("async_rollouts runs HF engines in worker processes; vLLM rollout "
+                              "workers are not available yet. Fix: --rollout_engine hf")
+        if self.async_rollouts and self.lora_r:
+            raise ConfigError("async_rollouts with LoRA is not available yet (the workers take "
+                              "full weights). Fix: --lora_r 0 or --async_rollouts false")
         if self.ppo_epochs < 1:
             raise ConfigError(f"ppo_epochs must be >= 1, got {self.ppo_epochs}")
         for name in ("env_kwargs", "loss_kwargs", "advantage_kwargs"):
@@ -201,14 +242,17 @@ _RANGES: dict[str, Any] = {
     "lora_r": (0, None),
     "lora_alpha": "gt0", "gamma": (0, 1), "step_weight": (0, None), "clip_low": (0, None),
     "clip_high": (0, None), "seq_mask_delta": (0, None), "kl_coef": (0, None),
-    "max_tries": (1, None), "cold_start_steps": (0, None),
+    "max_tries": (1, None), "cold_start_steps": (0, None), "rollout_correction_cap": "gt0",
+    "rollout_correction_floor": (0, None), "rollout_workers": (1, None),
+    "max_staleness": (0, None),
 }
 #: Example values for the fields whose default is None (for the fix hint of an error).
 _EXAMPLES: dict[str, Any] = {
     "lr": 1e-6, "lora_alpha": 32, "gamma": 0.95, "step_weight": 1.0, "clip_low": 0.2,
     "clip_high": 0.28, "seq_mask_delta": 0.1, "kl_coef": 0.01, "max_tries": 3,
     "cold_start_steps": 0, "dynamic_sampling": True, "advantage": "gigpo", "loss": "ppo_clip",
-    "aggregation": "token-mean", "norm": "mean_std_norm",
+    "aggregation": "token-mean", "norm": "mean_std_norm", "rollout_correction_cap": 2.0,
+    "rollout_correction_floor": 0.5,
 }
 _WHERE = "trainer config"
 
@@ -307,7 +351,7 @@ def _check_knobs(cfg: TrainConfig, presets: Any, advantages: Any, losses: Any) -
     from arlgym.rl.losses import policy_loss
 
     preset = presets[cfg.algo]
-    tensors = {"ref_logp", "entropy", "global_tokens", "num_seqs"}
+    tensors = {"ref_logp", "entropy", "global_tokens", "num_seqs", "token_weights"}
     checks = [
         ("loss_kwargs", cfg.loss or preset["loss"]["name"], losses, policy_loss, tensors),
         ("advantage_kwargs", cfg.advantage or preset["advantage"]["name"], advantages,

@@ -400,6 +400,7 @@ def policy_loss(
     max_len: int | None = None,
     is_clip_low: float | None = None,
     is_clip_high: float | None = None,
+    token_weights: Tensor | None = None,
     **extra: Any,
 ) -> tuple[Tensor, Metrics]:
     """Policy-gradient loss ``name`` on a batch of turn samples, aggregated, with telemetry.
@@ -428,6 +429,9 @@ def policy_loss(
         global_tokens, num_seqs, max_len: aggregation denominators, see
             :mod:`arlgym.rl.aggregation` for how the trainer computes them.
         is_clip_low, is_clip_high: band of the ``is/`` telemetry; None: the loss's clips.
+        token_weights: (B, T) constant per-token weights on ℓ_{i,t} (the rollout correction of
+            :mod:`arlgym.rl.correction`); None (default) leaves the loss untouched. Zero-weight
+            tokens keep counting in the denominators, as sequence-masked ones do.
         **extra: the loss's own knobs (``dual_clip`` for ppo_clip, ``sapo_tau_pos`` /
             ``sapo_tau_neg`` for sapo, ``log_ratio_max`` for gspo); see :func:`loss_knobs`.
 
@@ -448,7 +452,7 @@ def policy_loss(
             f"unknown keyword(s) {unknown} for loss {name!r}; its own knobs are "
             f"{sorted(knobs) or '(none)'}, and policy_loss also takes aggregation, clip_low, "
             "clip_high, seq_mask_delta, ref_logp, kl_coef, entropy, entropy_coef, global_tokens, "
-            "num_seqs, max_len, is_clip_low, is_clip_high"
+            "num_seqs, max_len, is_clip_low, is_clip_high, token_weights"
         )
     _check_shapes(logp, old_logp=old_logp, mask=mask, ref_logp=ref_logp, entropy=entropy)
     if clip_low < 0 or clip_high < 0:
@@ -475,6 +479,9 @@ def policy_loss(
         )
         loss_mat = loss_mat * keep.unsqueeze(-1)
         metrics.update(mask_metrics)
+    if token_weights is not None:
+        _check_shapes(logp, token_weights=token_weights)
+        loss_mat = loss_mat * token_weights.detach()
     pg = aggregate(loss_mat, mask, aggregation, **agg)
     loss = pg
 

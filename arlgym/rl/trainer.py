@@ -5,10 +5,14 @@ One step, top to bottom (paper §2, Appendix B; ARLArena's loop, reference §6):
 1. **Rollout** — every rank plays its own task groups (``num_tasks / world_size`` groups of
    ``group_size``) through the shared :class:`~arlgym.rollout.RolloutCollector` with the live
    model (HF ``generate``; vLLM when configured, weights synced after each update). Whole
-   groups stay on one rank, so group-relative advantages need no communication.
+   groups stay on one rank, so group-relative advantages need no communication. The batch
+   comes from a rollout source (:mod:`arlgym.rl.sources`); with ``async_rollouts`` worker
+   processes play it under a staleness bound while the learner trains (docs/async.md).
 2. **Dynamic sampling** (presets with a filter) — groups whose returns are all equal are
    dropped and more groups are rolled, up to ``max_tries`` rollouts.
-3. **Old / reference log-probs** — recomputed without grad on the exact sampled tokens.
+3. **Old / reference log-probs** — recomputed without grad on the exact sampled tokens; the
+   optional rollout correction (:mod:`arlgym.rl.correction`) weighs each token by the gap
+   between the sampler's log-probs and these.
 4. **Advantages** — the preset's estimator over the turn samples (GRPO / GiGPO / EMPG).
 5. **Update** — ``ppo_epochs`` passes of mini-batches, each split into token-budgeted
    micro-batches; the preset's loss with global token/sequence counts (so the loss does not
@@ -37,6 +41,7 @@ import torch
 
 from arlgym.envs import env_family as family_of
 from arlgym.errors import ConfigError
+from arlgym.rl import metrics as M
 from arlgym.rl.advantages import advantage_metrics, compute_advantages
 from arlgym.rl.batching import (
     TokenSample,
@@ -49,6 +54,7 @@ from arlgym.rl.batching import (
     token_samples,
 )
 from arlgym.rl.config import TrainConfig, check_env
+from arlgym.rl.correction import RolloutCorrection
 from arlgym.rl.distributed import check_rollout_support, full_weights, set_launcher_env
 from arlgym.rl.logprobs import logit_rows_budget, resolve_lm_head
 from arlgym.rl.lora import adapters_disabled, apply_lora, merged_copy, merged_weights
@@ -218,6 +224,12 @@ class Trainer:
             raise ConfigError("old_logprobs rollout: EMPG needs the entropies of a trainer forward "
                               "pass; use old_logprobs recompute (or auto)")
         self.local_tasks = cfg.num_tasks // acc.num_processes
+        self.correction = RolloutCorrection(cfg.rollout_correction, cfg.rollout_correction_cap,
+                                            cfg.rollout_correction_floor)
+        if cfg.async_rollouts and acc.num_processes > 1:
+            raise ConfigError("async_rollouts runs on one process for now (its workers are "
+                              "processes of their own). Fix: launch without accelerate's "
+                              "multi-process config, or --async_rollouts false")
         self.engine = cfg.rollout_engine
         if self.engine == "auto":
             self.engine = "vllm" if torch.cuda.is_available() and _has_vllm() else "hf"
@@ -228,6 +240,9 @@ class Trainer:
 
         # A vision-language model samples and trains with its processor's image inputs.
         self.processor = load_processor(cfg.model) if is_vision_model(model) else None
+        if cfg.async_rollouts and self.processor is not None:
+            raise ConfigError("async_rollouts does not take vision-language models yet. Fix: "
+                              "--async_rollouts false")
         if self.processor is not None:
             self.tokenizer = self.processor.tokenizer
         self.logit_rows = logit_rows_budget(cfg.micro_batch_logits_mb, model)
@@ -275,10 +290,11 @@ class Trainer:
             self.sampler.returns_of = lambda traj: traj.task_return
         from arlgym.rollout import RolloutCollector
 
-        self.collector = RolloutCollector(
+        self._env_seed = cfg.seed * 1_000_003 + acc.process_index * 10_000_019
+        collector = RolloutCollector(
             cfg.env_id, self.policy, group_size=cfg.group_size, num_tasks=self.local_tasks,
-            env_kwargs=cfg.env_kwargs, seed=cfg.seed * 1_000_003 + acc.process_index * 10_000_019,
-            progress=False)
+            env_kwargs=cfg.env_kwargs, seed=self._env_seed, progress=False)
+        self.source = self._make_source(collector)
         if acc.is_main_process:
             self.out.mkdir(parents=True, exist_ok=True)
             (self.out / "config.json").write_text(json.dumps(
@@ -290,6 +306,43 @@ class Trainer:
             self._resume()
 
     # ------------------------------------------------------------------ plumbing
+    @property
+    def collector(self) -> Any:
+        """The in-process collector of the rollout source."""
+        return self.source.collector
+
+    @collector.setter
+    def collector(self, value: Any) -> None:
+        self.source.collector = value
+
+    def _make_source(self, collector: Any) -> Any:
+        """The rollout source (:mod:`arlgym.rl.sources`): in-process, or async workers."""
+        from arlgym.rl.sources import AsyncSource, InProcessSource
+
+        if not self.cfg.async_rollouts:
+            push = (lambda: self._push_weights(self.policy)) if self.engine == "vllm" else None
+            return InProcessSource(collector, lambda step, attempt: self._sampling(attempt, step),
+                                   push=push)
+        return AsyncSource(collector, self._start_async)
+
+    def _start_async(self, version: int, state: dict[str, Any] | None) -> Any:
+        """Start the async rollout workers at learner version ``version`` (its step)."""
+        from dataclasses import asdict
+
+        from arlgym.rl.async_rollout import AsyncRollouts, _Spec
+
+        cfg, acc = self.cfg, self.accelerator
+        spec = _Spec(model=cfg.model, seed=cfg.seed, env_id=cfg.env_id,
+                     env_kwargs=dict(cfg.env_kwargs), group_size=cfg.group_size,
+                     num_tasks=self.local_tasks, env_seed=self._env_seed,
+                     generation_batch_size=cfg.generation_batch_size,
+                     torch_threads=cfg.torch_threads)
+        return AsyncRollouts(
+            spec, acc.unwrap_model(self.model).state_dict(), num_workers=cfg.rollout_workers,
+            max_staleness=cfg.max_staleness, policy=cfg.staleness_policy,
+            sampling=lambda task: asdict(self._sampling(0, step=task)), version=version,
+            state=state)
+
     def _make_policy(self):
         if self.engine == "vllm":
             from arlgym.models import model_path
@@ -320,8 +373,8 @@ class Trainer:
             policy.sync_weights(full_weights(self.accelerator, self.model))
 
     def _sync_rollout_weights(self) -> None:
-        if self.engine == "vllm":  # HF generate samples from the live model: nothing to copy
-            self._push_weights(self.policy)
+        # vLLM and async workers keep their own copy; HF generate samples from the live model
+        self.source.updated(lambda: self.accelerator.unwrap_model(self.model).state_dict())
 
     def _checkpoint_dir(self, step: int) -> Path:
         return self.out / "checkpoints" / f"step-{step:06d}"
@@ -341,8 +394,7 @@ class Trainer:
             (tmp / "trainer_state.json").write_text(json.dumps({"step": self.step}))
         # each rank's task-stream position (ranks draw disjoint tasks)
         (tmp / f"collector_rank{self.accelerator.process_index}.json").write_text(
-            json.dumps({"next_seed": self.collector.vec._next_seed,
-                        "batches": self.collector._batches}))
+            json.dumps(self.source.state_dict()))
         self.accelerator.wait_for_everyone()
         if self.accelerator.is_main_process:
             shutil.rmtree(path, ignore_errors=True)
@@ -367,8 +419,7 @@ class Trainer:
         # of an interrupted and resumed run equals that of an uninterrupted one
         log = self.out / "metrics.jsonl"
         if self.accelerator.is_main_process and log.exists():
-            rows = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
-            kept = [r for r in rows if r.get("step", 0) <= self.step]
+            kept = [r for r in M.read_metrics_jsonl(log) if r.get(M.STEP, 0) <= self.step]
             log.write_text("".join(json.dumps(r) + "\n" for r in kept))
         self.accelerator.wait_for_everyone()
 
@@ -376,15 +427,15 @@ class Trainer:
         self.accelerator.load_state(str(path))
         self.step = json.loads((path / "trainer_state.json").read_text())["step"]
         state = json.loads((path / f"collector_rank{self.accelerator.process_index}.json").read_text())
-        self.collector.vec._next_seed = state["next_seed"]
-        self.collector._batches = state["batches"]
+        self.source.load_state_dict(state)
 
     # ------------------------------------------------------------------ one step
-    def _sampling(self, attempt: int):
+    def _sampling(self, attempt: int, step: int | None = None):
         from arlgym.policies import SamplingParams
 
         c = self.cfg
-        seed = (c.seed * 7919 + self.step * 104_729 + attempt * 1_299_709
+        step = self.step if step is None else step
+        seed = (c.seed * 7919 + step * 104_729 + attempt * 1_299_709
                 + self.accelerator.process_index * 15_485_863) % 2**31
         return SamplingParams(temperature=c.temperature, top_p=c.top_p, top_k=c.top_k,
                               max_new_tokens=c.max_new_tokens, seed=seed)
@@ -397,7 +448,7 @@ class Trainer:
         attempt = [0]
 
         def rollout_groups() -> list[list[Any]]:
-            trajs = self.collector.collect(sampling=self._sampling(attempt[0]))
+            trajs = self.source.batch(self.step, attempt[0])
             attempt[0] += 1
             rolled.extend(trajs)
             g = self.cfg.group_size
@@ -410,7 +461,7 @@ class Trainer:
                 groups, fmetrics = self.sampler.sample(rollout_groups, self.step)
         finally:
             unwrapped.train()
-        fmetrics = {**fmetrics, **self.collector.pop_metrics()}  # groups retried/dropped
+        fmetrics = {**fmetrics, **self.source.pop_metrics()}  # groups retried/dropped, async
         return groups, rolled, fmetrics
 
     def _logprobs(self, model: Any, sub: list[TokenSample], with_entropy: bool):
@@ -428,7 +479,11 @@ class Trainer:
                 raise ConfigError("old_logprobs rollout: the rollout policy returned no log-probs "
                                   "for some turns; use old_logprobs recompute")
             return True
-        return mode == "auto" and self.engine == "hf" and have and not need_entropy
+        # a rollout correction compares the sampler's log-probs with the learner's own; a
+        # stale async sample's log-probs are an older policy's, not the learner's
+        fresh = all(s.extra.get("staleness", 0) == 0 for s in samples)
+        return (mode == "auto" and self.engine == "hf" and have and not need_entropy
+                and not self.correction.active and fresh)
 
     @torch.no_grad()
     def _fill_logprobs(self, samples: list[TokenSample], need_entropy: bool) -> bool:
@@ -478,6 +533,14 @@ class Trainer:
             out[row, : len(v)] = v
         return out.to(self.accelerator.device)
 
+    def _weights(self, samples: list[TokenSample], idx: list[int], width: int) -> torch.Tensor:
+        """The rollout-correction weights of ``idx`` as a (len(idx), width) tensor."""
+        out = torch.zeros(len(idx), width)
+        for row, i in enumerate(idx):
+            w = samples[i].extra["rollout_weight"]
+            out[row, : len(w)] = w
+        return out.to(self.accelerator.device)
+
     def _update(self, samples: list[TokenSample], adv: torch.Tensor) -> dict[str, float]:
         cfg, acc = self.cfg, self.accelerator
         loss_kw = policy_loss_kwargs(self.algo)
@@ -523,10 +586,12 @@ class Trainer:
                             a = adv[idx].to(acc.device)
                         else:
                             old, ref, a = logp.detach(), (logp.detach() if self.use_ref else None), torch.zeros(1, device=acc.device)
+                        weights = ({"token_weights": self._weights(samples, idx, width)}
+                                   if self.correction.active and n_local else {})
                         loss, metrics = policy_loss(
                             name, logp, old, a, response_mask, ref_logp=ref,
                             entropy=ent, global_tokens=g_tokens, num_seqs=g_seqs,
-                            **loss_kw)
+                            **weights, **loss_kw)
                         scale = 0.0 if dummy else float(world)  # DDP averages; we want sums
                         acc.backward(loss * scale)
                     if not dummy:
@@ -545,8 +610,8 @@ class Trainer:
                 self.scheduler.step()
                 self.optimizer.zero_grad(set_to_none=True)
         out = {k: v / max(1.0, weight_total) for k, v in sums.items()}
-        # each rank holds its share of the global sum; _reduce_metrics averages over ranks
-        out.update({k: float(np.mean(v)) * world if v else 0.0 for k, v in step_losses.items()})
+        # each rank holds its share of the global sum; _reduce_metrics adds them up (M.LOSS)
+        out.update({k: float(np.mean(v)) if v else 0.0 for k, v in step_losses.items()})
         out["grad_norm"] = float(np.mean(grad_norms)) if grad_norms else 0.0
         out["learning_rate"] = float(self.scheduler.get_last_lr()[0])
         return out
@@ -557,9 +622,15 @@ class Trainer:
         t_roll = time.perf_counter() - t0
         trajs = [t for g in groups for t in g]
         samples = token_samples(trajs, stop_ids=self.image_slot_ids)
+        if self.cfg.async_rollouts:  # each turn's staleness: updates since its weights
+            versions = [st.policy_version for t in trajs for st in t.steps]
+            for s, v in zip(samples, versions, strict=True):
+                s.extra["staleness"] = self.step - int(v)
         adv_kw = advantage_kwargs(self.algo)
         adv_name = adv_kw.pop("name")
         recomputed = self._fill_logprobs(samples, need_entropy=(adv_name == "empg"))
+        # the correction hook: mismatch diagnostics, and (unless none) each sample's weights
+        corr_metrics = self.correction.apply(samples) if recomputed else {}
         adv = compute_advantages(adv_name, samples, **adv_kw) if samples else torch.zeros(0)
         t1 = time.perf_counter()
         metrics = self._update(samples, adv)
@@ -567,37 +638,48 @@ class Trainer:
         self.step += 1
         self._sync_rollout_weights()
         env = {
-            "env/success_rate": float(np.mean([t.won for t in rolled])) if rolled else 0.0,
-            "env/score": float(np.mean([t.score for t in rolled])) if rolled else 0.0,
-            "env/episode_return": float(np.mean([t.episode_return for t in rolled])) if rolled else 0.0,
-            "env/episode_length": float(np.mean([t.length for t in rolled])) if rolled else 0.0,
-            "env/format_valid_ratio": float(np.mean([s.format_valid for t in rolled for s in t.steps])) if rolled else 0.0,
-            "env/action_valid_ratio": float(np.mean([s.action_valid for t in rolled for s in t.steps])) if rolled else 0.0,
-            "env/turns": float(sum(t.length for t in rolled)),  # responses sampled, kept or not (per rank)
+            M.SUCCESS_RATE: float(np.mean([t.won for t in rolled])) if rolled else 0.0,
+            M.SCORE: float(np.mean([t.score for t in rolled])) if rolled else 0.0,
+            M.EPISODE_RETURN: float(np.mean([t.episode_return for t in rolled])) if rolled else 0.0,
+            M.EPISODE_LENGTH: float(np.mean([t.length for t in rolled])) if rolled else 0.0,
+            M.FORMAT_VALID: float(np.mean([s.format_valid for t in rolled for s in t.steps])) if rolled else 0.0,
+            M.ACTION_VALID: float(np.mean([s.action_valid for t in rolled for s in t.steps])) if rolled else 0.0,
+            M.TURNS: float(sum(t.length for t in rolled)),  # responses sampled, kept or not (per rank)
         }
         metrics.update(env)
         if self.image_slot_ids:
-            metrics["rollout/image_slot_cut"] = float(sum("cut_at_image_slot" in s.extra for s in samples))
+            metrics[M.IMAGE_SLOT_CUT] = float(sum("cut_at_image_slot" in s.extra for s in samples))
         if recomputed:
             metrics.update(rollout_mismatch_metrics(samples))
+        metrics.update(corr_metrics)
+        if self.cfg.async_rollouts:
+            metrics.update(_staleness_metrics([s.extra["staleness"] for s in samples],
+                                              self.cfg.max_staleness))
         metrics.update({k: float(v) for k, v in fmetrics.items()})
         if len(adv):
             metrics.update({k: float(v) for k, v in advantage_metrics(adv).items()})
         tokens = sum(s.num_tokens for s in samples)
-        metrics.update({"samples": float(len(samples)), "tokens": float(tokens),
-                        "response_length": float(np.mean([len(s.response_ids) for s in samples]))
-                        if samples else 0.0, "time/rollout_s": t_roll,
-                        "time/train_s": t_train, "time/step_s": time.perf_counter() - t0,
-                        "tokens_per_s": tokens / max(1e-9, t_train)})
+        metrics.update({M.SAMPLES: float(len(samples)), M.TOKENS: float(tokens),
+                        M.RESPONSE_LENGTH: float(np.mean([len(s.response_ids) for s in samples]))
+                        if samples else 0.0, M.TIME_ROLLOUT: t_roll,
+                        M.TIME_TRAIN: t_train, M.TIME_STEP: time.perf_counter() - t0,
+                        M.TOKENS_PER_S: tokens / max(1e-9, t_train)})
         return self._reduce_metrics(metrics)
 
     def _reduce_metrics(self, metrics: dict[str, float]) -> dict[str, float]:
+        """Combine the ranks' metrics, each key by its reduction in :mod:`arlgym.rl.metrics`
+        (counts such as ``env/turns`` and ``tokens`` add up; rates average)."""
         if self.accelerator.num_processes == 1:
             return metrics
-        keys = sorted(metrics)
-        t = torch.tensor([metrics[k] for k in keys], device=self.accelerator.device)
-        t = self.accelerator.reduce(t, reduction="mean")
-        return dict(zip(keys, t.tolist(), strict=True))
+        acc = self.accelerator
+
+        def collective(values: list[float], how: str) -> list[float]:
+            t = torch.tensor(values, device=acc.device)
+            if how == "min":
+                return (-acc.reduce(-t, reduction="max")).tolist()
+            return acc.reduce(t, reduction=how).tolist()
+
+        return M.reduce_across(metrics, collective)
 
     def evaluate(self) -> dict[str, float]:
         from arlgym.evaluation.runner import evaluate
@@ -616,8 +698,8 @@ class Trainer:
         finally:
             model.train()
         o = summary["overall"]
-        return {"eval/success_rate": o["success_rate"], "eval/success_se": o["success_se"],
-                "eval/score": o["mean_score"], "eval/format_valid_ratio": o["format_valid_ratio"]}
+        return {M.EVAL_SUCCESS: o["success_rate"], M.EVAL_SUCCESS_SE: o["success_se"],
+                M.EVAL_SCORE: o["mean_score"], M.EVAL_FORMAT_VALID: o["format_valid_ratio"]}
 
     def train(self) -> list[dict[str, float]]:
         from tqdm.auto import tqdm
@@ -635,17 +717,17 @@ class Trainer:
                 if acc.is_main_process:
                     metrics.update(self.evaluate())
                     if cfg.save_best:
-                        self._keep_if_best(metrics["eval/success_rate"])
+                        self._keep_if_best(metrics[M.EVAL_SUCCESS])
                 acc.wait_for_everyone()
-            metrics["step"] = self.step
+            metrics[M.STEP] = self.step
             stop = self._check_collapse(alarm, metrics)
             history.append(metrics)
             if acc.is_main_process:
                 with log_path.open("a") as fh:
                     fh.write(json.dumps(metrics) + "\n")
                 bar.update(1)
-                bar.set_postfix(success=f"{metrics['env/success_rate']:.2f}",
-                                fmt=f"{metrics['env/format_valid_ratio']:.2f}")
+                bar.set_postfix(success=f"{metrics[M.SUCCESS_RATE]:.2f}",
+                                fmt=f"{metrics[M.FORMAT_VALID]:.2f}")
             acc.log(metrics, step=self.step)
             if stop:
                 self._restore_healthy(alarm.fired)
@@ -660,8 +742,12 @@ class Trainer:
             self.final_evaluation()
         acc.wait_for_everyone()
         acc.end_training()
-        self.collector.close()
+        self.close()
         return history
+
+    def close(self) -> None:
+        """Stop the env vector and the async rollout workers (idempotent)."""
+        self.source.close()
 
     # ------------------------------------------------------------------ collapse alarm hook
     def _collapse_monitor(self, log_path: Path):
@@ -671,17 +757,14 @@ class Trainer:
             return None
         from arlgym.arena.alarm import CollapseMonitor
 
-        rows = []
-        if log_path.exists():
-            rows = [json.loads(line) for line in log_path.read_text().splitlines() if line.strip()]
-        return CollapseMonitor(rows)
+        return CollapseMonitor(M.read_metrics_jsonl(log_path))
 
     def _check_collapse(self, alarm, metrics: dict[str, float]) -> bool:
         """Feed this step to the alarm; log ``alarm/collapse``; whether the run must stop."""
         if alarm is None:
             return False
         verdict = alarm.update(metrics)
-        metrics["alarm/collapse"] = float(alarm.fired is not None)
+        metrics[M.ALARM_COLLAPSE] = float(alarm.fired is not None)
         if verdict is not None and self.accelerator.is_main_process:
             warnings.warn(f"collapse alarm at step {verdict['detected_at']} (began at step "
                           f"{verdict['step']}): {verdict['reason']}", stacklevel=2)
@@ -769,16 +852,25 @@ class Trainer:
         import shutil
 
         best, record = self.out / "best", self.out / "best" / "best.json"
-        if record.exists() and json.loads(record.read_text())["eval/success_rate"] >= score:
+        if record.exists() and json.loads(record.read_text())[M.EVAL_SUCCESS] >= score:
             return
         tmp = self.out / "best.tmp"
         shutil.rmtree(tmp, ignore_errors=True)
         self.save_model(tmp)
         (tmp / "best.json").write_text(json.dumps(
-            {"step": self.step, "eval/success_rate": score, "eval_split": self.cfg.eval_split,
+            {"step": self.step, M.EVAL_SUCCESS: score, "eval_split": self.cfg.eval_split,
              "eval_episodes": self.cfg.eval_episodes}))
         shutil.rmtree(best, ignore_errors=True)
         tmp.rename(best)
+
+
+def _staleness_metrics(staleness: list[int], k: int) -> dict[str, float]:
+    """Mean, max and histogram (``staleness/hist_0..k``) of the trained turns' staleness."""
+    out = {M.STALENESS_MEAN: float(np.mean(staleness)) if staleness else 0.0,
+           M.STALENESS_MAX: float(max(staleness)) if staleness else 0.0}
+    for i in range(k + 1):
+        out[f"staleness/hist_{i}"] = float(sum(1 for x in staleness if x == i))
+    return out
 
 
 class _null:

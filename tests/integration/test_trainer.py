@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from arlgym.errors import ConfigError
+from arlgym.rl import metrics as M
 from arlgym.rl.cli import parse_train_config
 from arlgym.rl.presets import PRESETS
 from arlgym.rl.trainer import Trainer
@@ -42,6 +43,7 @@ def test_every_preset_runs_one_step(tmp_path, algo):
     assert (tmp_path / "final" / "config.json").exists()
     logged = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert logged[0]["step"] == 1
+    assert M.undefined(m) == []  # every logged key is in the vocabulary, with its reduction
 
 
 def test_grpo_step_on_tir_math_uses_the_tir_column(tmp_path):
@@ -90,6 +92,16 @@ def test_kill_and_resume_gives_identical_weights(tmp_path):
         assert torch.equal(wa[k], wb[k]), k
     steps = [json.loads(line)["step"] for line in (b / "metrics.jsonl").read_text().splitlines()]
     assert steps == [1, 2, 3, 4]
+
+
+def test_resume_reads_past_a_torn_last_line(tmp_path):
+    """A kill while writing metrics.jsonl leaves a torn line; resume and the alarm read past it."""
+    _run(tmp_path, "--algo", "grpo", "--max_steps", "2", "--save_steps", "2")
+    log = tmp_path / "metrics.jsonl"
+    log.write_text(log.read_text() + '{"step": 3, "env/success_ra')
+    _run(tmp_path, "--algo", "grpo", "--max_steps", "3", "--resume", "true")
+    steps = [json.loads(line)["step"] for line in log.read_text().splitlines()]
+    assert steps == [1, 2, 3]
 
 
 def test_config_errors(tmp_path):
@@ -315,3 +327,24 @@ def test_a_dead_env_worker_is_replaced_and_its_group_replayed_and_logged(tmp_pat
     assert history[0]["env/turns"] == history[0]["samples"] == 8.0
     logged = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert logged[0]["rollout/groups_retried"] == 1.0
+
+
+@pytest.mark.parametrize("method", ["tis_token", "icepop"])
+def test_rollout_correction_recomputes_old_logprobs_and_logs_the_mismatch(tmp_path, method):
+    """With a correction the learner recomputes its old log-probs (auto) and compares them with
+    the sampler's: HF generate on the live fp32 model agrees to float rounding, so the weights
+    are ~1 and nothing is masked or truncated; the mismatch diagnostics are logged."""
+    _, history = _run(tmp_path, "--algo", "grpo", "--max_steps", "1",
+                      "--rollout_correction", method, "--rollout_correction_cap", "3.0")
+    m = history[0]
+    assert 0.0 <= m["mismatch/kl"] < 1e-4
+    assert abs(m["mismatch/ratio_q50"] - 1.0) < 1e-3
+    assert abs(m["mismatch/weight_mean"] - 1.0) < 1e-3
+    assert m["mismatch/masked_frac"] == 0.0 and m["mismatch/truncated_frac"] == 0.0
+    assert "rollout/logprob_abs_diff_mean" in m  # recomputed: the old gap check runs too
+    assert M.undefined(m) == []
+
+
+def test_rollout_correction_none_logs_no_mismatch_when_old_logprobs_come_from_the_sampler(tmp_path):
+    _, history = _run(tmp_path, "--algo", "grpo", "--max_steps", "1")
+    assert not any(k.startswith("mismatch/") for k in history[0])

@@ -79,3 +79,22 @@ def test_token_fields_are_carried(tmp_path):
         fh.write('{"torn": ')  # a crash mid-write leaves a torn last line
     back = load_jsonl(path)
     assert [t.to_dict() for t in back] == [t.to_dict() for t in trajs]
+
+
+def test_collector_checkpoints_its_task_stream():
+    """state_dict()/load_state_dict(): a fresh collector continues where another one stopped."""
+    def make():
+        return RolloutCollector("arl/Sokoban-v0", ExpertPolicy(), num_tasks=2, group_size=2,
+                                seed=3, mode="sync", progress=False)
+
+    with make() as a:
+        a.collect()
+        state = a.state_dict()
+        assert state == {"next_seed": 5, "batches": 1}
+        expected = a.collect()
+    with make() as b:
+        b.load_state_dict(state)
+        got = b.collect()
+        assert b.state_dict() == {"next_seed": 7, "batches": 2}
+    assert [t.uid for t in got] == [t.uid for t in expected]
+    assert [[s.anchor for s in t.steps] for t in got] == [[s.anchor for s in t.steps] for t in expected]
