@@ -96,7 +96,8 @@ def _worker_main(spec: _Spec, jobs: Any, weights: Any, results: Any) -> None:
     policy = HFPolicy(model, tokenizer=tokenizer, batch_size=spec.generation_batch_size)
     collector = RolloutCollector(spec.env_id, policy, group_size=spec.group_size,
                                  num_tasks=spec.num_tasks, env_kwargs=spec.env_kwargs,
-                                 seed=spec.env_seed, mode="sync", progress=False)
+                                 seed=spec.env_seed, mode="sync", progress=False,
+                                 **spec.extra.get("collector", {}))  # remote envs: servers=...
     version = -1
 
     def newest(block: bool) -> None:

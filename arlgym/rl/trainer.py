@@ -193,6 +193,18 @@ def sample_logprobs(model: Any, sub: list[TokenSample], pad_id: int, device: Any
     return logp, entropy, mask
 
 
+def env_server_kwargs(env_servers: str) -> dict[str, Any]:
+    """The collector's ``servers``/``server_token`` for the ``env_servers`` setting (empty: {})."""
+    urls = [u.strip() for u in env_servers.split(",") if u.strip()]
+    if not urls:
+        return {}
+    import os
+
+    from arlgym.serve.cli import TOKEN_VARIABLE
+
+    return {"servers": urls, "server_token": os.environ.get(TOKEN_VARIABLE) or None}
+
+
 class Trainer:
     """Runs ``cfg.max_steps`` RL steps; see the module docstring for one step."""
 
@@ -293,7 +305,8 @@ class Trainer:
         self._env_seed = cfg.seed * 1_000_003 + acc.process_index * 10_000_019
         collector = RolloutCollector(
             cfg.env_id, self.policy, group_size=cfg.group_size, num_tasks=self.local_tasks,
-            env_kwargs=cfg.env_kwargs, seed=self._env_seed, progress=False)
+            env_kwargs=cfg.env_kwargs, seed=self._env_seed, progress=False,
+            **env_server_kwargs(cfg.env_servers))
         self.source = self._make_source(collector)
         if acc.is_main_process:
             self.out.mkdir(parents=True, exist_ok=True)
@@ -336,7 +349,8 @@ class Trainer:
                      env_kwargs=dict(cfg.env_kwargs), group_size=cfg.group_size,
                      num_tasks=self.local_tasks, env_seed=self._env_seed,
                      generation_batch_size=cfg.generation_batch_size,
-                     torch_threads=cfg.torch_threads)
+                     torch_threads=cfg.torch_threads,
+                     extra={"collector": env_server_kwargs(cfg.env_servers)})
         return AsyncRollouts(
             spec, acc.unwrap_model(self.model).state_dict(), num_workers=cfg.rollout_workers,
             max_staleness=cfg.max_staleness, policy=cfg.staleness_policy,
