@@ -95,12 +95,17 @@ def parse_train_config(argv: list[str] | None = None) -> TrainConfig:
 def main(argv: list[str] | None = None) -> int:
     try:
         cfg = parse_train_config(argv)
+        from arlgym.rundir import check_train_dir, record_train_settings
+
+        check_train_dir(cfg)  # a folder holding a run of other settings: refused before any work
         from arlgym.rl.trainer import Trainer  # checks the env kwargs before it loads a model
 
         trainer = Trainer(cfg)
+        if trainer.accelerator.is_main_process:
+            record_train_settings(cfg)
         history = trainer.train()
     except ArlgymError as e:
-        print(f"sampo: error: {' '.join(str(e).split())}", file=sys.stderr)  # one line
+        print(f"arlgym train: error: {' '.join(str(e).split())}", file=sys.stderr)  # one line
         return 2
     if trainer.accelerator.is_main_process and history:
         last = history[-1]
