@@ -46,10 +46,24 @@ def _add_common(p: argparse.ArgumentParser) -> None:
 
 
 def _cmd_envs(args: argparse.Namespace) -> int:
+    """Every registered env, whether it can be made on this machine, and for each that cannot,
+    what it lacks and the exact command that installs it."""
     import arlgym
+    from arlgym.envs.requirements import install_commands, missing
 
+    unusable = 0
     for env_id, (entry, _) in arlgym.ENV_IDS.items():
-        print(f"{env_id:28s} {entry}")
+        lacking = missing(env_id)
+        if not lacking:
+            print(f"{env_id:24s} usable      {entry}")
+            continue
+        unusable += 1
+        print(f"{env_id:24s} NOT usable  needs {', '.join(r.what for r in lacking)}")
+        for command in install_commands(lacking):
+            print(f"{'':24s}             install: {command}")
+    if unusable:
+        print(f"\n{unusable} of {len(arlgym.ENV_IDS)} envs cannot be made here until the "
+              "commands above have run")
     return 0
 
 
