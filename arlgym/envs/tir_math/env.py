@@ -51,9 +51,9 @@ from arlgym.envs.tir_math.problems import (
     load_problems,
 )
 from arlgym.envs.tir_math.sandbox import PythonSandbox
+from arlgym.errors import ConfigError, TaskNotFound
 
 _log = logging.getLogger(__name__)
-from arlgym.errors import ConfigError, TaskNotFound
 
 __all__ = ["TIRMathEnv"]
 
