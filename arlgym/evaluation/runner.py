@@ -110,8 +110,8 @@ def evaluate(
     sampling = sampling or SamplingParams(temperature=0.0)
     settings = eval_settings(env_id, policy, split, env_kwargs, sampling)
     if out is not None:
+        _check_out(out)  # a folder or an unwritable path first (it creates a missing file empty)
         _check_settings(out, settings)
-        _check_out(out)
         from arlgym.rundir import write_settings
 
         write_settings(settings_path(out), settings)

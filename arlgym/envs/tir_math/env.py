@@ -237,6 +237,8 @@ class TIRMathEnv(AgentEnv):
                     return problem
         raise TaskNotFound(f"no problem with id {task_id!r} in {self.data_path}")
 
+    reset_option_keys: ClassVar[tuple[str, ...]] = ("problem",)
+
     def _load_task(self, seed: int | None, options: dict[str, Any]) -> TaskSpec:
         if "problem" in options:  # play a given {"question", "answer"}
             spec = options["problem"]
