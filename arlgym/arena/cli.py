@@ -90,10 +90,29 @@ def _spec(args: argparse.Namespace):
                      overrides=args.overrides_parsed)
 
 
+def _check_start_model(name: Any) -> None:
+    """The grid's start checkpoint must exist before any run starts: otherwise every run fails
+    the same way, one after the other, each in its own log."""
+    from arlgym.errors import ModelNotFound
+    from arlgym.models import _pretrained_source
+
+    if not isinstance(name, str) or name in ("tiny", "tiny-vl", "smollm2-135m"):
+        return
+    path = Path(name).expanduser()
+    if path.is_dir():
+        return
+    if "/" in name and Path(name.split("/")[0]).expanduser().is_dir():  # a path, not a hub id
+        raise ModelNotFound(f"--model {name}: no such directory. Fix: give the checkpoint "
+                            f"folder (e.g. the --output-dir of `arlgym-sft train`)")
+    _pretrained_source(name)  # a hub id: in the local cache when offline
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     from arlgym.arena.grid import print_commands, run_grid
 
     spec = _spec(args)
+    spec.validate()
+    _check_start_model(spec.base.get("model", "tiny"))
     if args.print_commands:
         lines = print_commands(spec, launcher=args.launcher)
         text = "\n".join(lines) + ("\n" if lines else "")

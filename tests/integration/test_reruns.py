@@ -156,10 +156,22 @@ def test_arena_refuses_negative_seeds_and_misspelt_fields(tmp_path):
     assert not (tmp_path / "g").exists()
 
 
+def test_a_missing_start_checkpoint_is_refused_before_any_run(tmp_path):
+    (tmp_path / "runs").mkdir()
+    proc = subprocess.run([sys.executable, "-m", "arlgym.cli", "arena", "run", "--algos", "grpo",
+                           "--model", "runs/sft", "--out", "g"], cwd=tmp_path, env=ENV,
+                          capture_output=True, text=True, timeout=300)
+    _one_line_refusal(proc, "--model runs/sft: no such directory")
+    assert not (tmp_path / "g").exists()
+
+
 def test_a_failing_arena_run_prints_the_end_of_its_log(tmp_path):
+    broken = tmp_path / "broken-checkpoint"  # a folder, but no model in it: the run fails
+    broken.mkdir()
     proc = _run("arlgym.cli", "arena", "run", "--algos", "grpo", "--steps", "1", "--model",
-                str(tmp_path / "no-such-checkpoint"), "--out", str(tmp_path / "g"))
+                str(broken), "--out", str(tmp_path / "g"))
     assert proc.returncode == 1
     text = proc.stdout + proc.stderr
     assert "grpo/seed-0 failed" in text and "its last lines:" in text
-    assert "no-such-checkpoint" in text.split("its last lines:")[1]  # the trainer's own error
+    tail = text.split("its last lines:")[1]
+    assert "arlgym train: error:" in tail and "broken-checkpoint" in tail  # the trainer's own error
