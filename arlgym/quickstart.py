@@ -430,7 +430,7 @@ def run_quickstart(cfg: QuickstartConfig) -> dict[str, Any]:
               f"thread(s){'' if cfg.sft_minutes is None else f', guard {cfg.sft_minutes} min'}")
         # what was measured on an earlier SFT of this folder no longer belongs to the new one
         for stale in ("eval_sft", "eval_random"):
-            for suffix in (".jsonl", ".summary.json"):
+            for suffix in (".jsonl", ".summary.json", ".settings.json"):
                 (out / f"{stale}{suffix}").unlink(missing_ok=True)
         shutil.rmtree(out / "arena", ignore_errors=True)
         (sft_dir / "settings.json").unlink(missing_ok=True)  # trained afresh on purpose

@@ -53,9 +53,10 @@ def _check_settings(out: str | Path, settings: dict[str, Any]) -> None:
     from arlgym.rundir import SettingsMismatch, check_settings
 
     path = Path(out)
-    if check_settings(settings_path(path), settings, what="episodes", flag="--out", folder=path):
-        return
-    if path.is_file() and path.stat().st_size > 0:
+    if not (path.is_file() and path.stat().st_size > 0):
+        return  # no episode to read back: a record left beside an emptied file does not matter
+    if not check_settings(settings_path(path), settings, what="episodes", flag="--out",
+                          folder=path):
         raise SettingsMismatch(f"--out {path} holds episodes without a record of their settings "
                                f"({settings_path(path).name}). Fix: choose another --out, or "
                                f"delete {path} to start over")

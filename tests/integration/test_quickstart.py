@@ -207,7 +207,7 @@ def test_quickstart_cut_short_is_loud(tmp_path):
     (["--rl-algos", "foo,grpo"], "--rl-algos 'foo,grpo': unknown preset(s) ['foo']"),
     (["--rl-algos", ","], "--rl-algos ',': empty"),
     (["--rl-algos", "grpo,sampo,grpo"], "['grpo'] named twice"),
-    (["--rl-jobs", "0"], "--rl-jobs must be >= 1, got 0"),
+    (["--rl-jobs", "0"], "--rl-jobs=0 is invalid: expected an int >= 1"),
 ])
 def test_quickstart_bad_rl_flags_are_named(tmp_path, args, message):
     """A mistyped preset or job count is refused before anything runs, naming the flag."""
