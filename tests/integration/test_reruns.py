@@ -98,6 +98,7 @@ TINY = ["--model", "tiny", "--num_tasks", "2", "--group_size", "2", "--max_new_t
         "--env_kwargs", '{"max_steps": 2}', "--lr", "1e-3", "--log_with", "none", "--algo", "grpo"]
 
 
+@pytest.mark.slow  # a real trainer run (~15 s)
 def test_trainer_rerun_with_other_settings_is_refused(tmp_path):
     out = tmp_path / "rl"
     first = _run("arlgym.rl", *TINY, "--max_steps", "1", "--save_steps", "1", "--output_dir", str(out))
@@ -165,6 +166,7 @@ def test_a_missing_start_checkpoint_is_refused_before_any_run(tmp_path):
     assert not (tmp_path / "g").exists()
 
 
+@pytest.mark.slow  # a real trainer run (~15 s)
 def test_a_failing_arena_run_prints_the_end_of_its_log(tmp_path):
     broken = tmp_path / "broken-checkpoint"  # a folder, but no model in it: the run fails
     broken.mkdir()
