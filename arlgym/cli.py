@@ -3,30 +3,22 @@
 from __future__ import annotations
 
 import argparse
-import ast
 import importlib
 import sys
 from typing import Any
 
+from arlgym.clikit import ArgumentParser, add_env_kwargs, add_version, env_kwargs_of
 from arlgym.errors import ArlgymError
 
 __all__ = ["main", "build_parser"]
 
 
 def _parse_kwargs(pairs: list[str]) -> dict[str, Any]:
-    """``["dim_room=7", "num_boxes=2"]`` -> ``{"dim_room": 7, "num_boxes": 2}`` (Python literals
-    where they parse, strings otherwise)."""
-    out: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise ArlgymError(f"--env-kwarg expects key=value, got {pair!r}. Fix: write e.g. "
-                              "--env-kwarg dim_room=7 (repeat the flag for more keys)")
-        try:
-            out[key] = ast.literal_eval(value)
-        except (ValueError, SyntaxError):
-            out[key] = value
-    return out
+    """``["dim_room=7", "num_boxes=2"]`` -> ``{"dim_room": 7, "num_boxes": 2}`` (see
+    :func:`arlgym.clikit.parse_kwarg_pairs`)."""
+    from arlgym.clikit import parse_kwarg_pairs
+
+    return parse_kwarg_pairs(pairs)
 
 
 def _add_common(p: argparse.ArgumentParser) -> None:
@@ -34,8 +26,7 @@ def _add_common(p: argparse.ArgumentParser) -> None:
                    help="policy spec: expert | random | human | hf:<path|tiny|smollm2-135m> | "
                         "vllm:<path> | openai:<base_url>#<model> (default: expert)")
     p.add_argument("--episodes", type=int, default=20, help="number of episodes (default: 20)")
-    p.add_argument("--env-kwarg", action="append", default=[], metavar="KEY=VALUE",
-                   help="keyword for gymnasium.make, repeatable (e.g. dim_room=7)")
+    add_env_kwargs(p)
     p.add_argument("--temperature", type=float, default=0.0,
                    help="sampling temperature for model policies; 0 = greedy (default: 0)")
     p.add_argument("--max-new-tokens", type=int, default=256,
@@ -46,10 +37,24 @@ def _add_common(p: argparse.ArgumentParser) -> None:
 
 
 def _cmd_envs(args: argparse.Namespace) -> int:
+    """Every registered env, whether it can be made on this machine, and for each that cannot,
+    what it lacks and the exact command that installs it."""
     import arlgym
+    from arlgym.envs.requirements import install_commands, missing
 
+    unusable = 0
     for env_id, (entry, _) in arlgym.ENV_IDS.items():
-        print(f"{env_id:28s} {entry}")
+        lacking = missing(env_id)
+        if not lacking:
+            print(f"{env_id:24s} usable      {entry}")
+            continue
+        unusable += 1
+        print(f"{env_id:24s} NOT usable  needs {', '.join(r.what for r in lacking)}")
+        for command in install_commands(lacking):
+            print(f"{'':24s}             install: {command}")
+    if unusable:
+        print(f"\n{unusable} of {len(arlgym.ENV_IDS)} envs cannot be made here until the "
+              "commands above have run")
     return 0
 
 
@@ -84,7 +89,7 @@ def _cmd_play(args: argparse.Namespace) -> int:
 
     _check_common(args)
     policy = _policy(args.policy, args.seed)
-    env_kwargs = _parse_kwargs(args.env_kwarg)
+    env_kwargs = env_kwargs_of(args)
     check_env_kwargs(args.env, env_kwargs, name="--env-kwarg")
     if args.policy == "human":
         env_kwargs.setdefault("render_mode", None)
@@ -122,7 +127,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
                               seed=args.seed)
     summary, _ = evaluate(args.env, policy, episodes=args.episodes, split=args.split, out=out,
                           batch_size=args.batch_size, sampling=sampling,
-                          env_kwargs=_parse_kwargs(args.env_kwarg),
+                          env_kwargs=env_kwargs_of(args),
                           samples_per_task=args.samples_per_task, progress=not args.no_progress)
     print(format_summary(summary, f"{args.policy} on {args.env} ({args.split} split)"))
     print(f"episodes: {out}\nsummary:  {Path(out).with_suffix('.summary.json')}")
@@ -159,6 +164,20 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
+def _check_quickstart(cfg: Any) -> None:
+    """The quickstart's own numbers, named by their flags, before anything is printed or run."""
+    from arlgym.core.validation import check_float, check_int
+
+    for flag, name, lo in (("--episodes", "episodes", 1), ("--sft-steps", "sft_steps", 0),
+                           ("--eval-episodes", "eval_episodes", 1), ("--rl-steps", "rl_steps", 1),
+                           ("--rl-jobs", "rl_jobs", 1), ("--seed", "seed", 0),
+                           ("--threads", "threads", 0), ("--sft-threads", "sft_threads", -1),
+                           ("--rl-threads", "rl_threads", -1)):
+        check_int(flag, getattr(cfg, name), min=lo)
+    check_float("--rl-lr", cfg.rl_lr, gt=0.0, example=5e-4)
+    check_float("--sft-minutes", cfg.sft_minutes, gt=0.0, allow_none=True)
+
+
 def _cmd_quickstart(args: argparse.Namespace) -> int:
     from arlgym.errors import ConfigError
     from arlgym.quickstart import CutShort, QuickstartConfig, RLRunFailed, run_quickstart
@@ -180,8 +199,7 @@ def _cmd_quickstart(args: argparse.Namespace) -> int:
             raise ConfigError(f"--rl-algos {args.rl_algos!r}: {why}; presets: {', '.join(PRESETS)}. "
                               "Fix: e.g. --rl-algos grpo,sampo")
         cfg.rl_algos = algos
-    if cfg.rl_jobs < 1:
-        raise ConfigError(f"--rl-jobs must be >= 1, got {cfg.rl_jobs}")
+    _check_quickstart(cfg)
     cfg.allow_short = bool(args.allow_short)
     try:
         run_quickstart(cfg)
@@ -195,13 +213,16 @@ def _cmd_quickstart(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="arlgym",
-        description="arlgym: Gymnasium envs and RL algorithms for LLM agents (ARLArena).",
+        description="arlgym: Gymnasium envs and RL algorithms for LLM agents (ARLArena). "
+                    "Options are spelt --like-this; --like_this is accepted too.",
     )
+    add_version(parser)
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("envs", help="list the registered env ids")
+    p = sub.add_parser("envs", help="list the env ids, whether each is usable here, and how to "
+                                    "install what an unusable one needs")
     p.set_defaults(func=_cmd_envs)
 
     p = sub.add_parser("play", help="play episodes with a policy and print a success table",
@@ -265,7 +286,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rl-algos", default=None,
                    help="arena presets compared from the SFT checkpoint, comma-separated; the "
                         "last is compared with the first on the same rooms (default: grpo,sampo; "
-                        "see `python trainers/sampo.py --help` for the presets)")
+                        "see `arlgym train --help` for the presets)")
     p.add_argument("--rl-steps", type=int, default=None,
                    help="optimizer steps of every RL run, 8 rooms x 4 rollouts each (default: 12)")
     p.add_argument("--rl-lr", type=float, default=None, help="RL learning rate (default: 5e-4)")
@@ -287,8 +308,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="exit 0 even if a phase was cut short (the table still says so)")
     p.set_defaults(func=_cmd_quickstart)
 
-    for module in ("arlgym.arena.cli", "arlgym.envs.alfworld.cli", "arlgym.envs.webshop.cli",
-                   "arlgym.serve.cli"):
+    for module in ("arlgym.rl.cli", "arlgym.arena.cli", "arlgym.envs.alfworld.cli",
+                   "arlgym.envs.webshop.cli", "arlgym.serve.cli"):
         try:
             mod = importlib.import_module(module)
         except ImportError:

@@ -360,18 +360,10 @@ def _check_recipe(out: Path, recipe: dict[str, Any]) -> bool:
     then be reused). A rerun with other settings would mix two experiments in one folder (a
     finished RL run of the old recipe would be read back as the new one's), so it is refused
     before anything runs."""
-    from arlgym.errors import ConfigError
+    from arlgym.rundir import check_settings
 
-    path = out / "recipe.json"
-    if not path.exists():
-        return False
-    old = json.loads(path.read_text())
-    diff = [f"{k} {old.get(k)!r} -> {recipe.get(k)!r}" for k in sorted(set(old) | set(recipe))
-            if old.get(k) != recipe.get(k)]
-    if diff:
-        raise ConfigError(f"--out {out} holds a quickstart with other settings ({'; '.join(diff)}). "
-                          "Fix: choose another --out, or delete that folder to start over")
-    return True
+    return check_settings(out / "recipe.json", recipe, what="a quickstart", flag="--out",
+                          folder=out)
 
 
 def _finished_sft(sft_dir: Path) -> dict[str, Any] | None:
@@ -440,9 +432,10 @@ def run_quickstart(cfg: QuickstartConfig) -> dict[str, Any]:
               f"thread(s){'' if cfg.sft_minutes is None else f', guard {cfg.sft_minutes} min'}")
         # what was measured on an earlier SFT of this folder no longer belongs to the new one
         for stale in ("eval_sft", "eval_random"):
-            for suffix in (".jsonl", ".summary.json"):
+            for suffix in (".jsonl", ".summary.json", ".settings.json"):
                 (out / f"{stale}{suffix}").unlink(missing_ok=True)
         shutil.rmtree(out / "arena", ignore_errors=True)
+        (sft_dir / "settings.json").unlink(missing_ok=True)  # trained afresh on purpose
         if sft_threads:
             torch.set_num_threads(sft_threads)
         sft_stats = train_sft(SFTRunConfig(data=(str(data),), model="tiny", output_dir=str(sft_dir),

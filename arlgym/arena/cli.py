@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from arlgym.clikit import HelpFormatter
 from arlgym.errors import ConfigError
 
 __all__ = ["add_subparser"]
@@ -19,6 +20,10 @@ Rerunning skips finished runs and resumes interrupted ones from their newest che
 grid may be killed at any moment. --print-commands writes one `accelerate launch` command per
 unfinished run instead of running them, for a cluster scheduler (Slurm array, Ray jobs).
 """
+
+
+class _RawHelp(HelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """The description as written, the options with their defaults (arlgym's help style)."""
 
 
 def _csv(text: str) -> list[str]:
@@ -85,10 +90,29 @@ def _spec(args: argparse.Namespace):
                      overrides=args.overrides_parsed)
 
 
+def _check_start_model(name: Any) -> None:
+    """The grid's start checkpoint must exist before any run starts: otherwise every run fails
+    the same way, one after the other, each in its own log."""
+    from arlgym.errors import ModelNotFound
+    from arlgym.models import _pretrained_source
+
+    if not isinstance(name, str) or name in ("tiny", "tiny-vl", "smollm2-135m"):
+        return
+    path = Path(name).expanduser()
+    if path.is_dir():
+        return
+    if "/" in name and Path(name.split("/")[0]).expanduser().is_dir():  # a path, not a hub id
+        raise ModelNotFound(f"--model {name}: no such directory. Fix: give the checkpoint "
+                            f"folder (e.g. the --output-dir of `arlgym-sft train`)")
+    _pretrained_source(name)  # a hub id: in the local cache when offline
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     from arlgym.arena.grid import print_commands, run_grid
 
     spec = _spec(args)
+    spec.validate()
+    _check_start_model(spec.base.get("model", "tiny"))
     if args.print_commands:
         lines = print_commands(spec, launcher=args.launcher)
         text = "\n".join(lines) + ("\n" if lines else "")
@@ -128,7 +152,7 @@ def add_subparser(sub: Any) -> None:
                                        "(ARLArena §3-4). See docs/arena.md.")
     asub = arena.add_subparsers(dest="arena_command", required=True)
     p = asub.add_parser("run", help="run a grid of presets x seeds (resumable)",
-                        description=_RUN_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+                        description=_RUN_HELP, formatter_class=_RawHelp)
     p.add_argument("--config", default=None,
                    help="YAML of TrainConfig fields shared by every run (env, model = the start "
                         "checkpoint, batch, lr, eval panel...), optionally with an `arena:` "
@@ -136,7 +160,7 @@ def add_subparser(sub: Any) -> None:
                         "configs/arena/sokoban-tiny-cpu.yaml")
     p.add_argument("--algos", default=None,
                    help="comma-separated presets, e.g. grpo,gspo,cispo,sampo (see "
-                        "`python trainers/sampo.py --help`, --algo)")
+                        "`arlgym train --help`, --algo)")
     p.add_argument("--seeds", type=_seeds, default=None, help="comma-separated seeds (default: 0)")
     p.add_argument("--steps", type=int, default=None,
                    help="optimizer steps of every run: the equal budget (default: the config's "
@@ -162,7 +186,7 @@ def add_subparser(sub: Any) -> None:
 
     p = asub.add_parser("report", help="table, curves, IS analysis, Sankey and index.html of grids",
                         description="Read one or more grid folders and write OUT/report/: table.md "
-                                    "and table.csv (Table 3 layout, mean ± SE over seeds, %% vs "
+                                    "and table.csv (Table 3 layout, mean ± SE over seeds, % vs "
                                     "GRPO), curves/*.png, is_analysis/*.png, sankey/*.html+png, "
                                     "report.json and index.html. Refuses runs evaluated on "
                                     "different task panels.")

@@ -36,7 +36,7 @@ from typing import Any
 from arlgym.errors import ConfigError
 
 __all__ = ["ArenaSpec", "RunSpec", "plan_runs", "run_status", "run_grid", "parse_override", "parse_value",
-           "threads_per_run"]
+           "threads_per_run", "check_runs", "log_tail"]
 
 #: a run folder name may hold letters, digits and these
 _SAFE = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
@@ -100,15 +100,30 @@ class ArenaSpec:
             raise ConfigError(f"--algos: unknown preset(s) {bad}; presets: {', '.join(PRESETS)}")
         if not self.seeds:
             raise ConfigError("--seeds: give at least one seed, e.g. --seeds 0,1,2")
+        negative = [s for s in self.seeds if s < 0]
+        if negative:
+            raise ConfigError(f"--seeds: {negative} is negative (a seed is an integer >= 0). "
+                              "Fix: e.g. --seeds 0,1,2")
         for flag, values in (("--algos", self.algos), ("--seeds", self.seeds)):
             twice = sorted({v for v in values if values.count(v) > 1})
             if twice:  # the two runs would share one folder and write into each other's files
                 raise ConfigError(f"{flag}: {twice} named twice (each run has its own folder)")
+        from dataclasses import fields
+
+        from arlgym.core.validation import did_you_mean
+
+        known = {f.name for f in fields(TrainConfig)}
         for name, values in [("base", self.base), *self.overrides.items()]:
+            for key in values:
+                if key not in known:
+                    where = "--set/--config" if name == "base" else f"--override {name}"
+                    raise ConfigError(f"{where}: unknown TrainConfig field {key!r}"
+                                      f"{did_you_mean(key, known)}. Fix: see `arlgym train "
+                                      "--help` for the fields")
             try:  # every field name and value checked before anything starts
                 TrainConfig(**{**self.base, **values, "algo": self.algos[0]})
             except TypeError as e:
-                raise ConfigError(f"arena {name}: {e}; see `python trainers/sampo.py --help`") from e
+                raise ConfigError(f"arena {name}: {e}; see `arlgym train --help`") from e
 
 
 @dataclass
@@ -162,6 +177,47 @@ def run_status(run: RunSpec) -> str:
     return "partial" if ckpts else "new"
 
 
+def check_runs(spec: ArenaSpec, runs: list[RunSpec]) -> None:
+    """Refuse a grid whose folder holds finished or resumable runs of other settings (a rerun
+    would skip or continue them as if they were this grid's). Runs without a checkpoint start
+    afresh, so nothing of theirs is checked. Raises :class:`arlgym.rundir.SettingsMismatch`
+    naming every differing setting, before anything is written."""
+    from arlgym.rl.config import TrainConfig
+    from arlgym.rundir import (
+        SettingsMismatch,
+        recorded_train_settings,
+        settings_diff,
+        train_settings,
+    )
+
+    differing: dict[str, list[str]] = {}
+    for run in runs:
+        if run_status(run) == "new":
+            continue
+        old = recorded_train_settings(run.folder)
+        if old is None:
+            continue
+        diff = settings_diff(old, train_settings(TrainConfig(**run.config)))
+        if diff:
+            differing.setdefault("; ".join(diff), []).append(f"{run.label}/seed-{run.seed}")
+    if differing:
+        parts = [f"{', '.join(labels)}: {diff}" for diff, labels in differing.items()]
+        raise SettingsMismatch(
+            f"--out {spec.out} holds runs made with other settings ({' | '.join(parts)}). Fix: "
+            "rerun with those settings to continue them, choose another --out, or delete those "
+            "run folders to start over")
+
+
+def log_tail(path: Path, lines: int = 8) -> str:
+    """The last ``lines`` non-empty lines of a run's log (why it failed), indented."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return "    (no log)"
+    last = [line for line in text.splitlines() if line.strip()][-lines:]
+    return "\n".join(f"    {line}" for line in last)
+
+
 def _write_config(run: RunSpec, resume: bool) -> None:
     import yaml
 
@@ -169,7 +225,7 @@ def _write_config(run: RunSpec, resume: bool) -> None:
     if not resume:  # a fresh start: nothing of an earlier, checkpoint-less attempt survives
         import shutil
 
-        for name in ("metrics.jsonl", "collapse.json"):
+        for name in ("metrics.jsonl", "collapse.json", "settings.json", "config.json"):
             (run.folder / name).unlink(missing_ok=True)
         for name in ("best", "best.tmp", "final", "eval"):
             shutil.rmtree(run.folder / name, ignore_errors=True)
@@ -187,7 +243,9 @@ def threads_per_run(jobs: int) -> int:
 def print_commands(spec: ArenaSpec, launcher: str = "accelerate") -> list[str]:
     """Write every unfinished run's config and return one shell command per run."""
     lines = []
-    for run in plan_runs(spec):
+    runs = plan_runs(spec)
+    check_runs(spec, runs)
+    for run in runs:
         status = run_status(run)
         if status == "finished":
             continue
@@ -210,6 +268,7 @@ def run_grid(spec: ArenaSpec, jobs: int = 1, progress: bool = True,
     if jobs < 1:
         raise ConfigError(f"--jobs must be >= 1, got {jobs}")
     runs = plan_runs(spec)
+    check_runs(spec, runs)
     Path(spec.out).mkdir(parents=True, exist_ok=True)
     lock = _lock(Path(spec.out))
     (Path(spec.out) / "arena.json").write_text(json.dumps(
@@ -251,7 +310,8 @@ def run_grid(spec: ArenaSpec, jobs: int = 1, progress: bool = True,
                     results[key] = "finished"
                 else:
                     results[key] = f"failed (exit {proc.returncode}; see {run.folder / 'train.log'})"
-                    bar.write(f"arena: {key} {results[key]}")
+                    bar.write(f"arena: {key} {results[key]}; its last lines:\n"
+                              + log_tail(run.folder / "train.log"))
                 bar.update(1)
     except BaseException:
         for _run, proc, _log in running:  # a killed grid takes its runs with it

@@ -144,6 +144,9 @@ class AgentEnv(gym.Env[Any, str]):
     default_max_steps: ClassVar[int] = 50
     #: Feedback of a turn from which no action could be extracted.
     no_action_feedback: ClassVar[str] = NO_ACTION_FEEDBACK
+    #: ``reset(options=...)`` keys an env understands besides ``task_id`` and ``split``; any
+    #: other key is refused (a misspelt ``taskid`` would otherwise be ignored silently)
+    reset_option_keys: ClassVar[tuple[str, ...]] = ()
 
     def __init__(
         self,
@@ -249,6 +252,7 @@ class AgentEnv(gym.Env[Any, str]):
         self._history = []
         self._steps = 0
         self._done = False
+        self.last_step: dict[str, Any] | None = None
         self._last_raw = self._task.observation
         info = self._info(parsed=None, result=None, penalty=0.0)
         return self._observation(self._prompt(self._history)), info
@@ -269,6 +273,13 @@ class AgentEnv(gym.Env[Any, str]):
         if not isinstance(options, dict):
             raise ConfigError(f"{where}: options={options!r} is invalid: expected a dict or None. "
                               "Fix: pass e.g. options={'task_id': ...}")
+        known = ("task_id", "split", *self.reset_option_keys)
+        for key in options:
+            if key not in known:
+                from arlgym.core.validation import did_you_mean
+
+                raise ConfigError(f"{where}: options key {key!r} is unknown{did_you_mean(key, known)}; "
+                                  f"this env understands {', '.join(map(repr, known))}")
         if "task_id" in options:
             task_id = options["task_id"]
             if isinstance(task_id, bool) or not isinstance(task_id, (str, int)) or (
@@ -310,6 +321,7 @@ class AgentEnv(gym.Env[Any, str]):
         self._last_raw = result.observation
         info = self._info(parsed=parsed, result=result, penalty=penalty)
         reward = float(result.reward) - penalty
+        self.last_step = {"reward": reward, "info": info}  # what a human player is shown next
         return self._observation(self._prompt(self._history)), reward, terminated, truncated, info
 
     def _info(

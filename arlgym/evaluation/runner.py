@@ -29,6 +29,39 @@ def eval_task_list(env_id: str, split: str, episodes: int, env_kwargs: dict[str,
     return tasks
 
 
+def settings_path(out: str | Path) -> Path:
+    """Where the settings of an episodes file are recorded: ``<out>.settings.json``."""
+    return Path(out).with_suffix(".settings.json")
+
+
+def eval_settings(env_id: str, policy: Policy, split: str, env_kwargs: dict[str, Any],
+                  sampling: SamplingParams) -> dict[str, Any]:
+    """What decides an eval's episodes: the env and its kwargs, the split, the policy and how it
+    samples. (How many episodes is not among them: a rerun may extend the list.)"""
+    from dataclasses import asdict
+
+    from arlgym.rundir import settings_of
+
+    return settings_of({"env_id": env_id, "env_kwargs": env_kwargs, "split": split,
+                        "policy": getattr(policy, "name", type(policy).__name__),
+                        **asdict(sampling)})
+
+
+def _check_settings(out: str | Path, settings: dict[str, Any]) -> None:
+    """Refuse to resume an episodes file written with other settings (its episodes would be
+    read back as this eval's), or one holding episodes with no record of their settings."""
+    from arlgym.rundir import SettingsMismatch, check_settings
+
+    path = Path(out)
+    if not (path.is_file() and path.stat().st_size > 0):
+        return  # no episode to read back: a record left beside an emptied file does not matter
+    if not check_settings(settings_path(path), settings, what="episodes", flag="--out",
+                          folder=path):
+        raise SettingsMismatch(f"--out {path} holds episodes without a record of their settings "
+                               f"({settings_path(path).name}). Fix: choose another --out, or "
+                               f"delete {path} to start over")
+
+
 def _check_out(out: str | Path) -> None:
     """The episodes file must be writable before any episode is played."""
     path = Path(out)
@@ -75,9 +108,14 @@ def evaluate(
     samples_per_task = check_int("samples_per_task", samples_per_task, min=1)
     split = check_str("split", split)
     env_kwargs = check_mapping("env_kwargs", env_kwargs, allow_none=True) or {}
-    if out is not None:
-        _check_out(out)
     sampling = sampling or SamplingParams(temperature=0.0)
+    settings = eval_settings(env_id, policy, split, env_kwargs, sampling)
+    if out is not None:
+        _check_out(out)  # a folder or an unwritable path first (it creates a missing file empty)
+        _check_settings(out, settings)
+        from arlgym.rundir import write_settings
+
+        write_settings(settings_path(out), settings)
     tasks = eval_task_list(env_id, split, episodes, env_kwargs)
     wanted = [(t, k) for t in tasks for k in range(samples_per_task)]
     wanted_set = set(wanted)
@@ -122,7 +160,7 @@ def evaluate(
     ordered = [done[key] for key in wanted]
     summary = summarize(ordered)
     summary.update({"env_id": env_id, "split": split, "policy": getattr(policy, "name", ""),
-                    "episodes": len(ordered)})
+                    "episodes": len(ordered), "settings": settings})
     if out is not None:
         Path(out).with_suffix(".summary.json").write_text(json.dumps(summary, indent=2))
     return summary, ordered

@@ -93,6 +93,28 @@ class HumanPolicy:
         self.stdout = stdout or sys.stdout
         self.show = show
         self.image_path = image_path
+        self._returns: dict[int, float] = {}  # per env, this episode's rewards so far
+
+    def _status(self, env: Any) -> str:
+        """How the last move went (an unknown or impossible move is said, not passed over), the
+        step count and the return so far."""
+        key = id(env)
+        last = getattr(env, "last_step", None)
+        if last is None:
+            self._returns[key] = 0.0
+            return f"\n--- step 1 of {env.max_steps} ---\n"
+        self._returns[key] = self._returns.get(key, 0.0) + last["reward"]
+        info = last["info"]
+        if not info.get("format_valid", True):
+            note = f"your reply was not understood ({info.get('format_error')}); nothing happened"
+        elif info.get("action") is None:
+            note = "no move given; nothing happened"
+        elif not info.get("action_valid", True):
+            note = f"{info['action']!r} is not a possible move here; nothing happened"
+        else:
+            note = f"{info.get('executed_action') or info['action']!r} done"
+        return (f"\n{note}; reward {last['reward']:+.2f}, return so far "
+                f"{self._returns[key]:+.2f}\n--- step {env._steps + 1} of {env.max_steps} ---\n")
 
     def _read(self, question: str) -> str:
         self.stdout.write(question)
@@ -107,6 +129,8 @@ class HumanPolicy:
         out = []
         for i, prompt in enumerate(prompts):
             env = envs[i].unwrapped if envs is not None else None
+            if env is not None:
+                self.stdout.write(self._status(env))
             if self.show == "prompt" or env is None:
                 self.stdout.write(prompt_text(prompt) + "\n")
             else:

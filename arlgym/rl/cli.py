@@ -12,11 +12,12 @@ import typing
 from pathlib import Path
 from typing import Any
 
+from arlgym.clikit import ArgumentParser, add_version, parse_kwarg_pairs
 from arlgym.core.validation import did_you_mean
 from arlgym.errors import ArlgymError, ConfigError
 from arlgym.rl.config import TrainConfig
 
-__all__ = ["parse_train_config", "main"]
+__all__ = ["parse_train_config", "main", "add_subparser"]
 
 
 def _bool(text: str) -> bool:
@@ -26,6 +27,14 @@ def _bool(text: str) -> bool:
     if low in ("0", "false", "no", "off"):
         return False
     raise argparse.ArgumentTypeError(f"expected true/false, got {text!r}")
+
+
+def _json(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise argparse.ArgumentTypeError(f"{text!r} is not JSON ({e.msg}); write e.g. "
+                                         "'{\"max_steps\": 10}'") from None
 
 
 def _converter(tp: Any):
@@ -38,29 +47,60 @@ def _converter(tp: Any):
     if tp in (int, float, str):
         return tp
     if tp is dict or origin is dict:
-        return json.loads
+        return _json
     return str
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="trainers/sampo.py",
-        description="RL training of LLM agents with SAMPO or a baseline preset (arlgym). "
-                    "Run under `accelerate launch` for several processes.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--config", default=None, help="YAML file with TrainConfig fields")
+PROG = "arlgym train"
+
+
+def _default_text(value: Any) -> str:
+    if isinstance(value, dict):
+        return json.dumps(value)
+    return "preset's" if value is None else str(value)
+
+
+def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
+    """Every TrainConfig field as ``--field-name`` (``--field_name`` accepted too); a bool
+    field given alone (``--save-best``) means true."""
+    p = ArgumentParser(
+        prog=prog,
+        description="RL training of LLM agents with SAMPO or a baseline preset (arlgym). The same "
+                    "trainer runs as `arlgym train`, `python -m arlgym.rl` or "
+                    "`accelerate launch -m arlgym.rl` (several processes or GPUs). Flags are "
+                    "spelt --like-this or --like_this (the YAML field names); a --config YAML "
+                    "file is read first and flags override it.")
+    add_version(p)
+    p.add_argument("--config", default=None, help="YAML file with TrainConfig fields (default: none)")
+    p.add_argument("--env-kwarg", action="append", default=[], metavar="KEY=VALUE",
+                   help="one env keyword, repeatable; added to env_kwargs (as in `arlgym eval`)")
     hints = typing.get_type_hints(TrainConfig)
     for f in dataclasses.fields(TrainConfig):
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
         # argparse %-formats help texts: a literal % (e.g. "~30% more compute") must be doubled
-        p.add_argument(f"--{f.name}", type=_converter(hints[f.name]), default=argparse.SUPPRESS,
-                       help=f.metadata.get("help", "").replace("%", "%%"))
+        text = f.metadata.get("help", "").replace("%", "%%")
+        text += f" (default: {_default_text(default)})".replace("%", "%%")
+        converter = _converter(hints[f.name])
+        extra: dict[str, Any] = {}
+        if converter is _bool:
+            extra = {"nargs": "?", "const": True, "metavar": "BOOL"}
+        elif hints[f.name] is dict or typing.get_origin(hints[f.name]) is dict:
+            extra = {"metavar": "JSON"}
+        p.add_argument(f"--{f.name}", dest=f.name, type=converter, default=argparse.SUPPRESS,
+                       help=text, **extra)
     return p
 
 
-def parse_train_config(argv: list[str] | None = None) -> TrainConfig:
-    args = vars(build_parser().parse_args(argv))
+def parse_train_config(argv: list[str] | None = None, prog: str = PROG) -> TrainConfig:
+    return config_from_args(vars(build_parser(prog).parse_args(argv)))
+
+
+def config_from_args(args: dict[str, Any]) -> TrainConfig:
+    """The TrainConfig of parsed flags: ``--config``'s YAML first, the flags given over it."""
+    args = {k: v for k, v in args.items() if k not in ("command", "func")}
     values: dict[str, Any] = {}
     config = args.pop("config", None)
+    pairs = args.pop("env_kwarg", [])
     if config:
         import yaml
 
@@ -86,21 +126,33 @@ def parse_train_config(argv: list[str] | None = None) -> TrainConfig:
         for key in loaded:
             if key not in known:
                 raise ConfigError(f"{config}: unknown field {key!r}{did_you_mean(key, known)}. "
-                                  "Fix: see `trainers/sampo.py --help` for the fields")
+                                  f"Fix: see `{PROG} --help` for the fields")
         values.update(loaded)
     values.update(args)
+    if pairs:
+        values["env_kwargs"] = {**(values.get("env_kwargs") or {}), **parse_kwarg_pairs(pairs)}
     return TrainConfig(**values)
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, prog: str = PROG) -> int:
+    return run_training(lambda: parse_train_config(argv, prog), prog)
+
+
+def run_training(make_config: Any, prog: str = PROG) -> int:
+    """Build the config, refuse a folder of other settings, train; user errors as one line."""
     try:
-        cfg = parse_train_config(argv)
+        cfg = make_config()
+        from arlgym.rundir import check_train_dir, record_train_settings
+
+        check_train_dir(cfg)  # a folder holding a run of other settings: refused before any work
         from arlgym.rl.trainer import Trainer  # checks the env kwargs before it loads a model
 
         trainer = Trainer(cfg)
+        if trainer.accelerator.is_main_process:
+            record_train_settings(cfg)
         history = trainer.train()
     except ArlgymError as e:
-        print(f"sampo: error: {' '.join(str(e).split())}", file=sys.stderr)  # one line
+        print(f"{prog}: error: {' '.join(str(e).split())}", file=sys.stderr)  # one line
         return 2
     if trainer.accelerator.is_main_process and history:
         last = history[-1]
@@ -108,3 +160,12 @@ def main(argv: list[str] | None = None) -> int:
               f"{last['env/success_rate']:.3f}, format-valid {last['env/format_valid_ratio']:.3f} "
               f"-> {cfg.output_dir}")
     return 0
+
+
+def add_subparser(sub: Any) -> None:
+    """``arlgym train ...``: the trainer under the installed ``arlgym`` command, with the same
+    flags as ``python -m arlgym.rl`` (the trainer's parser is its parent)."""
+    trainer = build_parser()
+    p = sub.add_parser("train", parents=[trainer], add_help=False, description=trainer.description,
+                       help="RL-train a model with SAMPO or a baseline preset (`arlgym train --help`)")
+    p.set_defaults(func=lambda args: run_training(lambda: config_from_args(vars(args))))

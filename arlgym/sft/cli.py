@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+from arlgym.clikit import ArgumentParser, add_env_kwargs, add_version
 from arlgym.errors import ArlgymError
 
 __all__ = ["main"]
@@ -19,19 +20,20 @@ def _default_out(env_id: str, policy: str, split: str) -> Path:
 
 
 def _cmd_collect(args: argparse.Namespace) -> int:
-    from arlgym.cli import _parse_kwargs
+    from arlgym.clikit import env_kwargs_of
     from arlgym.core.validation import check_env_kwargs, check_float, check_int
     from arlgym.sft.collect import CollectConfig, collect_sft
 
     check_int("--workers", args.workers, min=1, allow_none=True)
     check_float("--temperature", args.temperature, min=0.0)
     check_int("--max-new-tokens", args.max_new_tokens, min=1)
-    check_env_kwargs(args.env, _parse_kwargs(args.env_kwarg), name="--env-kwarg")
+    env_kwargs = env_kwargs_of(args)
+    check_env_kwargs(args.env, env_kwargs, name="--env-kwarg")
     cfg = CollectConfig(env_id=args.env, policy=args.policy, episodes=args.episodes,
                         group_size=args.group_size, temperature=args.temperature,
                         max_new_tokens=args.max_new_tokens, min_score=args.min_score,
                         split=args.split, seed=args.seed, batch_tasks=args.batch_tasks,
-                        workers=args.workers, env_kwargs=_parse_kwargs(args.env_kwarg))
+                        workers=args.workers, env_kwargs=env_kwargs)
     out = Path(args.out) if args.out else _default_out(args.env, args.policy, args.split)
     stats = collect_sft(cfg, out, progress=not args.no_progress)
     print(f"{stats['samples']} samples from {stats['kept_episodes']}/{stats['episodes']} episodes "
@@ -70,7 +72,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="arlgym-sft", description=__doc__)
+    parser = ArgumentParser(prog="arlgym-sft", description=__doc__)
+    add_version(parser)
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("collect", help="roll out a policy and write step-level chat samples",
@@ -94,7 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="env worker processes (default: in-process unless the env needs them)")
     p.add_argument("--batch-tasks", type=int, default=32,
                    help="task groups played in parallel per batch (default: 32)")
-    p.add_argument("--env-kwarg", action="append", default=[], metavar="KEY=VALUE")
+    add_env_kwargs(p)
     p.add_argument("--out", default=None, help="output folder (default: sft_data/<env>__<policy>__<split>)")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=_cmd_collect)

@@ -207,17 +207,15 @@ def collect_sft(cfg: CollectConfig, out: str | Path, policy: Policy | None = Non
     from tqdm.auto import tqdm
 
     from arlgym.policies import make_policy
+    from arlgym.rundir import check_settings, settings_of
 
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
     meta_path = out / "meta.json"
     if meta_path.exists():
-        old = json.loads(meta_path.read_text())
-        if old.get("identity") != cfg.identity():
-            raise ConfigError(
-                f"{out} holds data collected with different settings ({old.get('identity')}); "
-                "use another --out or the same settings to resume"
-            )
+        old = json.loads(meta_path.read_text()).get("identity") or {}
+        check_settings(meta_path, settings_of(cfg.identity()), what="SFT data", flag="--out",
+                       folder=out, old=settings_of(old))
+    out.mkdir(parents=True, exist_ok=True)
     meta_path.write_text(json.dumps({"identity": cfg.identity(), "episodes": cfg.episodes},
                                     indent=2))
     episodes, _ = _recover(out)

@@ -172,8 +172,31 @@ def train_and_save(trainer: Any, cfg: SFTRunConfig, processing: Any, num_samples
     return stats
 
 
+#: SFTRunConfig fields that do not change the checkpoint: where it goes, logging, progress
+_NOT_SETTINGS = ("output_dir", "logging_steps", "save_steps", "report_to", "progress")
+
+
+def check_sft_dir(cfg: SFTRunConfig) -> None:
+    """Refuse to train into an ``output_dir`` holding a checkpoint trained with other settings
+    (it would be overwritten by one that its folder's records no longer describe), and record
+    this run's settings there. A folder with the same settings is trained again from scratch."""
+    from arlgym.rundir import check_settings, settings_of, write_settings
+
+    out = Path(cfg.output_dir)
+    settings = settings_of(cfg, _NOT_SETTINGS)
+    if any((out / name).exists() for name in ("sft_stats.json", "model.safetensors", "config.json")):
+        check_settings(out / "settings.json", settings, what="an SFT checkpoint",
+                       flag="--output_dir")
+    write_settings(out / "settings.json", settings)
+
+
 def train_sft(cfg: SFTRunConfig) -> dict[str, Any]:
-    """Fine-tune ``cfg.model`` on ``cfg.data``; returns run statistics (also in the output dir)."""
+    """Fine-tune ``cfg.model`` on ``cfg.data``; returns run statistics (also in the output dir).
+
+    Raises:
+        SettingsMismatch: ``output_dir`` holds a checkpoint of other settings.
+    """
+    check_sft_dir(cfg)
     try:
         import torch
         from datasets import Dataset

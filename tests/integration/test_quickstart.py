@@ -128,7 +128,7 @@ def test_quickstart_refuses_a_folder_of_other_settings(tmp_path):
     (out / "recipe.json").write_text(json.dumps({**_recipe(QuickstartConfig.fast()), "rl_lr": 1e-3}))
     cfg = QuickstartConfig.fast(out=str(out))
     cfg.rl_threads = 2  # threads do not change the recipe: only rl_lr is named
-    with pytest.raises(ConfigError, match=r"\(rl_lr 0.001 -> 0.0005\)\. Fix: choose another --out"):
+    with pytest.raises(ConfigError, match=r"\(rl_lr 0.001 -> 0.0005\)\. Fix: rerun with those settings"):
         run_quickstart(cfg)
     assert sorted(p.name for p in out.iterdir()) == ["recipe.json"]  # nothing ran
 
@@ -207,7 +207,7 @@ def test_quickstart_cut_short_is_loud(tmp_path):
     (["--rl-algos", "foo,grpo"], "--rl-algos 'foo,grpo': unknown preset(s) ['foo']"),
     (["--rl-algos", ","], "--rl-algos ',': empty"),
     (["--rl-algos", "grpo,sampo,grpo"], "['grpo'] named twice"),
-    (["--rl-jobs", "0"], "--rl-jobs must be >= 1, got 0"),
+    (["--rl-jobs", "0"], "--rl-jobs=0 is invalid: expected an int >= 1"),
 ])
 def test_quickstart_bad_rl_flags_are_named(tmp_path, args, message):
     """A mistyped preset or job count is refused before anything runs, naming the flag."""

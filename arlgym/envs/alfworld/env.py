@@ -186,6 +186,9 @@ class ALFWorldEnv(AgentEnv):
         max_steps: int | None = None,
         **kwargs: Any,
     ) -> None:
+        from arlgym.envs.requirements import require
+
+        require("arl/ALFWorld-v0")  # at make, not at the first reset
         super().__init__(max_steps=max_steps, **kwargs)
         check_choice("data_source", data_source, ("auto", "generated", "official"),
                      where=_WHERE)

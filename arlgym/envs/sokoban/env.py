@@ -170,6 +170,8 @@ class SokobanEnv(AgentEnv):
             max_solution_length=self.max_solution_length,
         ).room
 
+    reset_option_keys: ClassVar[tuple[str, ...]] = ("level",)
+
     def _load_task(self, seed: int | None, options: dict[str, Any]) -> TaskSpec:
         self._plan_cache = {}
         if "level" in options:

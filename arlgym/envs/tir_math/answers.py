@@ -3,9 +3,10 @@
 The paper's TIR setup (a SimpleTIR port) takes the **last** ``\\boxed{...}`` of the response or of
 the code's output as the answer and scores 1 when it is mathematically equal to the reference.
 Equality is decided by ``math-verify`` (the ``[math]`` extra, as in ARLArena) when it is
-installed; without it a small exact checker compares numbers (integers, decimals, fractions,
-``\\frac``, ``\\sqrt`` free forms left as text) and otherwise normalised strings. Both never
-raise on model output.
+asked for (the default; not installed is then an error, never a silent change of reward); a
+small exact checker, tried first and used alone with ``use_math_verify=False``, compares
+numbers (integers, decimals, fractions, ``\\frac``, ``\\sqrt`` free forms left as text) and
+otherwise normalised strings. Both never raise on model output.
 """
 
 from __future__ import annotations
@@ -62,11 +63,17 @@ def _exact_match(pred: str, gold: str) -> bool:
 
 
 def _math_verify_match(pred: str, gold: str) -> bool | None:
-    """math-verify's verdict, or ``None`` when it is not installed."""
+    """math-verify's verdict, or ``None`` when it cannot parse an answer. Not installed is an
+    error: a reward must not depend on what happens to be installed."""
     try:
         from math_verify import parse, verify
-    except ImportError:
-        return None
+    except ImportError as e:
+        from arlgym.envs.requirements import pip_install
+        from arlgym.errors import MissingDependency
+
+        raise MissingDependency("judging answers with math-verify needs it installed. Fix: "
+                                f"{pip_install('math')} (or pass use_math_verify=False to judge "
+                                "with the exact checker only)") from e
     # math-verify bounds its sympy work with SIGALRM, which only the main thread may set.
     timeout = 5 if threading.current_thread() is threading.main_thread() else None
     try:

@@ -5,7 +5,7 @@ Each turn the agent writes reasoning and either one Python code block or a final
 
 * the response is cut after its first code block (text after it was written blind);
 * a ``\\boxed{}`` answer before any code ends the episode: reward 1 if it equals the reference
-  (math-verify when installed, see :mod:`~arlgym.envs.tir_math.answers`), else 0;
+  (math-verify, see :mod:`~arlgym.envs.tir_math.answers`), else 0;
 * otherwise the code runs in a fresh sandboxed interpreter (:class:`PythonSandbox`) with
   ``final_answer(x)`` predefined (it prints ``\\boxed{x}``); the observation is
   ``stdout`` (or the error's last line, or "interpreter timeout") cut to ``max_obs_chars``;
@@ -28,6 +28,7 @@ Tasks: generated problems by default (``tir-<seed>``, offline, see
 
 from __future__ import annotations
 
+import logging
 import re
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -51,6 +52,8 @@ from arlgym.envs.tir_math.problems import (
 )
 from arlgym.envs.tir_math.sandbox import PythonSandbox
 from arlgym.errors import ConfigError, TaskNotFound
+
+_log = logging.getLogger(__name__)
 
 __all__ = ["TIRMathEnv"]
 
@@ -114,7 +117,9 @@ class TIRMathEnv(AgentEnv):
         response_format: ``"tir"`` (paper: code blocks and ``\\boxed{}``) or ``"tags"``
             (``<think>…</think><action>code or \\boxed{}</action>``).
         families: restrict generated problems to these families (names in ``FAMILIES``).
-        use_math_verify: judge answers with math-verify when installed (else exact checker).
+        use_math_verify: judge answers with math-verify (the ``[math]`` extra; making the env
+            without it is an error naming the install command). ``False``: the exact checker
+            alone, an explicit choice that is logged.
         **kwargs: the :class:`~arlgym.core.env.AgentEnv` options. ``history_length`` defaults
             to ``max_steps`` (the full conversation).
     """
@@ -138,6 +143,18 @@ class TIRMathEnv(AgentEnv):
         use_math_verify: bool = True,
         **kwargs: Any,
     ) -> None:
+        from arlgym.envs.requirements import require
+
+        # no reward that depends on what happens to be installed: without math-verify the env
+        # is refused unless use_math_verify=False chooses the exact checker explicitly
+        # (the sandbox checks its own isolation, with its own fixes, below)
+        waived = ("bubblewrap (the code sandbox)",) + (
+            ("math-verify (the answer checker)",) if use_math_verify is False else ())
+        require("arl/TIRMath-v0", skip=waived,
+                hint="or pass use_math_verify=False to judge with the exact checker only")
+        if not use_math_verify:
+            _log.info("arl/TIRMath-v0: use_math_verify=False: answers are judged by the exact "
+                      "checker only (rewards differ from math-verify's on equivalent forms)")
         kwargs.setdefault("history_length", max_steps or self.default_max_steps)
         super().__init__(max_steps=max_steps, **kwargs)
         if response_format not in ("tir", "tags"):
@@ -219,6 +236,8 @@ class TIRMathEnv(AgentEnv):
                 if problem.problem_id == task_id:
                     return problem
         raise TaskNotFound(f"no problem with id {task_id!r} in {self.data_path}")
+
+    reset_option_keys: ClassVar[tuple[str, ...]] = ("problem",)
 
     def _load_task(self, seed: int | None, options: dict[str, Any]) -> TaskSpec:
         if "problem" in options:  # play a given {"question", "answer"}

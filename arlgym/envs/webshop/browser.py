@@ -92,6 +92,7 @@ class WebShopBrowserEnv(WebShopEnv):
 
     metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi", "rgb_array"], "render_fps": 4}
     thread_safe: ClassVar[bool] = False  # one browser per env; keep each in its own worker
+    spec_id: ClassVar[str] = "arl/WebShopBrowser-v0"  # whose requirements it checks when made
 
     def __init__(self, *args: Any, page_timeout: float = 10.0, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -602,10 +602,10 @@ case("cli-sft-train-corrupt",
                   _main(SFT, ["train", "--data", str(tmp / "d")])(tmp))[1],
      "samples.jsonl:1", cli="arlgym-sft")
 for cid, argv, needs in [
-    ("max_steps-word", ["--max_steps", "ten"], ("--max_steps",)),
+    ("max_steps-word", ["--max_steps", "ten"], ("--max-steps",)),  # named in the one spelling
     ("config-missing", ["--config", "nowhere.yaml"], ("nowhere.yaml",)),
     ("loss", ["--loss", "nope"], ("loss",)),
-    ("env_kwargs-json", ["--env_kwargs", "{bad"], ("env_kwargs",)),
+    ("env_kwargs-json", ["--env_kwargs", "{bad"], ("--env-kwargs", "JSON")),
     ("env_kwargs-value", ["--env_kwargs", '{"search_depth": "x"}'], ("search_depth",)),
     ("env_kwargs-unknown", ["--env_kwargs", '{"serch_depth": 3}'], ("serch_depth",)),
     ("env_id", ["--env_id", "arl/Nope-v0"], ("arl/Nope-v0",)),

@@ -58,7 +58,7 @@ def test_every_command_and_subcommand_prints_every_option():
     # the commands the README documents are all there (more may come)
     assert {"arlgym", "arlgym play", "arlgym eval", "arlgym envs", "arlgym patterns",
             "arlgym quickstart", "arlgym-sft", "arlgym-sft collect", "arlgym-sft stats",
-            "arlgym-sft train", "sampo"} <= names
+            "arlgym-sft train", "sampo", "arlgym train"} <= names
     for name, path, parser in commands:
         text = _help_of(parser, path, roots[name])
         label = " ".join((name, *path))
@@ -80,7 +80,7 @@ def test_trainer_help_shows_every_config_field():
 
     text = _help_of(None, [], _parsers()["sampo"])
     for f in dataclasses.fields(TrainConfig):
-        assert f"--{f.name}" in text
+        assert f"--{f.name.replace('_', '-')}" in text
     assert "~30% more" in text or "%" in text  # a literal % in a help text prints as itself
 
 
@@ -89,4 +89,4 @@ def test_trainer_entry_script_help_in_a_subprocess():
     proc = subprocess.run([sys.executable, str(ROOT / "trainers" / "sampo.py"), "--help"],
                           capture_output=True, text=True, timeout=120, env=env, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "--max_steps" in proc.stdout and "Traceback" not in proc.stderr
+    assert "--max-steps" in proc.stdout and "Traceback" not in proc.stderr

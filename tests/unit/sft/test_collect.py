@@ -52,7 +52,7 @@ def test_min_score_filters_episodes(tmp_path):
 
 def test_changed_settings_refuse_to_mix(tmp_path):
     collect_sft(CollectConfig(episodes=4), tmp_path, progress=False)
-    with pytest.raises(ConfigError, match="different settings"):
+    with pytest.raises(ConfigError, match=r"other settings \(seed 0 -> 1\)"):
         collect_sft(CollectConfig(episodes=4, seed=1), tmp_path, progress=False)
     with pytest.raises(ConfigError, match="multiple of"):
         CollectConfig(episodes=5, group_size=2)

@@ -1,0 +1,116 @@
+"""What each env needs beyond arlgym's core install, whether this machine has it, and the exact
+command that installs what is missing.
+
+``arlgym envs`` prints it; the envs call :func:`require` when they are made, so a missing piece
+is one error at ``gymnasium.make`` that names the install command — not a failure at the first
+``reset`` or, worse, an env that quietly behaves differently with what happens to be installed.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import shlex
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from arlgym.errors import MissingDependency
+
+__all__ = ["Requirement", "ENV_REQUIREMENTS", "missing", "require", "pip_install"]
+
+
+def pip_install(extra: str) -> str:
+    """The command that installs arlgym's ``extra`` into this very interpreter: from the
+    checkout when arlgym runs from one (an editable install), else from the package index."""
+    python = shlex.quote(sys.executable)
+    root = Path(__file__).resolve().parents[2]
+    if (root / "pyproject.toml").is_file():
+        return f"{python} -m pip install -e {shlex.quote(f'{root}[{extra}]')}"
+    return f"{python} -m pip install {shlex.quote(f'arlgym[{extra}]')}"
+
+
+def _module(name: str) -> Callable[[], bool]:
+    def present() -> bool:
+        try:
+            return importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):  # a parent package missing, or a None entry
+            return False
+
+    return present
+
+
+def _bwrap() -> bool:
+    from arlgym.envs.tir_math.isolation import find_bwrap
+
+    return find_bwrap() is not None
+
+
+def _chromium() -> bool:
+    from arlgym.envs.webshop.browser import find_chrome
+    from arlgym.errors import ConfigError
+
+    try:
+        find_chrome()
+    except ConfigError:
+        return False
+    return True
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """One thing an env needs: what it is, how to tell it is here, how to install it."""
+
+    what: str
+    present: Callable[[], bool]
+    install_extra: str | None = None
+    install_command: str | None = None
+
+    @property
+    def install(self) -> str:
+        return self.install_command or pip_install(self.install_extra or "all")
+
+
+_ALFWORLD = (Requirement("the alfworld package", _module("alfworld"), "alfworld"),
+             Requirement("the textworld package", _module("textworld"), "alfworld"))
+_WEBSHOP = (Requirement("PyStemmer", _module("Stemmer"), "webshop"),)
+_BROWSER = (*_WEBSHOP,
+            Requirement("uvicorn", _module("uvicorn"), "webshop"),
+            Requirement("selenium", _module("selenium"), "browser"),
+            Requirement("Chromium and ChromeDriver", _chromium,
+                        install_command="apt-get install chromium chromium-driver"))
+_MATH_VERIFY = Requirement("math-verify (the answer checker)", _module("math_verify"), "math")
+_BWRAP = Requirement("bubblewrap (the code sandbox)", _bwrap, "sandbox")
+
+#: env id -> what it needs with its default kwargs
+ENV_REQUIREMENTS: dict[str, tuple[Requirement, ...]] = {
+    "arl/Sokoban-v0": (),
+    "arl/SokobanVision-v0": (),
+    "arl/ALFWorld-v0": _ALFWORLD,
+    "arl/TIRMath-v0": (_MATH_VERIFY, _BWRAP),
+    "arl/WebShop-v0": _WEBSHOP,
+    "arl/WebShopBrowser-v0": _BROWSER,
+}
+
+
+def missing(env_id: str, skip: tuple[str, ...] = ()) -> list[Requirement]:
+    """The requirements of ``env_id`` that this machine lacks (``skip``: ones a kwarg waived)."""
+    return [r for r in ENV_REQUIREMENTS.get(env_id, ()) if r.what not in skip and not r.present()]
+
+
+def install_commands(reqs: list[Requirement]) -> list[str]:
+    """The distinct install commands of ``reqs``, one per extra, in order."""
+    out: list[str] = []
+    for r in reqs:
+        if r.install not in out:
+            out.append(r.install)
+    return out
+
+
+def require(env_id: str, skip: tuple[str, ...] = (), hint: str = "") -> None:
+    """Raise :class:`MissingDependency` naming what ``env_id`` lacks here and how to install it."""
+    lacking = missing(env_id, skip)
+    if lacking:
+        raise MissingDependency(
+            f"{env_id} needs {', '.join(r.what for r in lacking)}, not installed here. Fix: "
+            + " && ".join(install_commands(lacking)) + (f" ({hint})" if hint else ""))
