@@ -111,7 +111,8 @@ def write_settings(record: str | Path, settings: Mapping[str, Any]) -> None:
 #: often it saves, what it logs to, guards, and throughput knobs of generation and batching
 TRAIN_NOT_SETTINGS = ("output_dir", "resume", "torch_threads", "log_with", "max_minutes",
                       "save_steps", "save_total_limit", "vllm_gpu_memory_utilization",
-                      "generation_batch_size", "micro_batch_tokens")
+                      "generation_batch_size", "micro_batch_tokens", "micro_batch_logits_mb",
+                      "lm_head", "env_servers")
 
 
 def train_settings(cfg: Any) -> dict[str, Any]:
