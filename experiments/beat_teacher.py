@@ -7,9 +7,10 @@ Phases (each cached in ``<out>``; rerun to continue):
 2. ``sft<N>``: ``--episodes`` teacher episodes (won ones kept: ``arlgym-sft collect --policy
    greedy``), the tiny model trained ``N`` steps on them, then evaluated greedily on the same
    rooms; each is paired against the teacher.
-3. with ``--rl-from N``: one trainer run from ``sft<N>`` (unknown flags go to the trainer, as in
+3. with ``--rl-from N``: one trainer run from ``sft<N>`` (or from ``--rl-start DIR``, e.g. an
+   earlier run's ``final/`` to continue it; unknown flags go to the trainer, as in
    ``experiments/rl_probe.py``), evaluated greedily on the same rooms, paired against the SFT
-   start and against the teacher.
+   ``sft<N>`` and against the teacher.
 
     python experiments/beat_teacher.py --out runs/beat_teacher --sft-steps 600
     python experiments/beat_teacher.py --out runs/beat_teacher --sft-steps 600 --rl-from 600 \\
@@ -48,10 +49,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--out", default="runs/beat_teacher")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--episodes", type=int, default=3000, help="teacher episodes collected")
+    ap.add_argument("--keep-all", action="store_true",
+                    help="keep every teacher episode, lost ones too (default: won ones only, the "
+                         "collector's default, which drops the teacher's stuck loops)")
     ap.add_argument("--sft-steps", type=int, nargs="*", default=[600])
     ap.add_argument("--test", type=int, default=200, help="held-out rooms")
     ap.add_argument("--rl-from", type=int, default=None, metavar="N", help="RL from sft<N>")
     ap.add_argument("--rl-name", default="rl")
+    ap.add_argument("--rl-start", default=None, metavar="DIR",
+                    help="continue from this model instead of sft<N> (e.g. an earlier run's final/); "
+                         "still paired against sft<N>")
     args, trainer_flags = ap.parse_known_args(argv)
 
     import torch
@@ -73,7 +80,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     data = out / f"data-s{args.seed}"
     collect_sft(CollectConfig(policy="greedy", episodes=args.episodes, seed=args.seed,
-                              batch_tasks=64), data)
+                              batch_tasks=64, min_score=0.0 if args.keep_all else None), data)
     for steps in args.sft_steps:
         sft_dir = out / f"sft{steps}-s{args.seed}"
         stats_path = out / f"sft{steps}-s{args.seed}.stats.json"
@@ -97,7 +104,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         start = out / f"sft{args.rl_from}-s{args.seed}"
         start_wins = _eval(f"sft{args.rl_from}-s{args.seed}", f"hf:{start}", args.test, out)
         run_dir = out / f"{args.rl_name}-s{args.seed}"
-        flags = ["--model", str(start), "--output_dir", str(run_dir), "--max_new_tokens", "24",
+        model = Path(args.rl_start) if args.rl_start else start
+        flags = ["--model", str(model), "--output_dir", str(run_dir), "--max_new_tokens", "24",
                  "--log_with", "none", "--seed", str(args.seed), "--torch_threads", "1",
                  *trainer_flags]
         t = time.process_time()
