@@ -23,7 +23,7 @@ def _parse_kwargs(pairs: list[str]) -> dict[str, Any]:
 
 def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--policy", default="expert",
-                   help="policy spec: expert | random | human | hf:<path|tiny|smollm2-135m> | "
+                   help="policy spec: expert | greedy (Sokoban teacher) | random | human | hf:<path|tiny|smollm2-135m> | "
                         "vllm:<path> | openai:<base_url>#<model> (default: expert)")
     p.add_argument("--episodes", type=int, default=20, help="number of episodes (default: 20)")
     add_env_kwargs(p)

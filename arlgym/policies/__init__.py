@@ -1,12 +1,12 @@
 """Policies: anything that turns prompts into responses (see :mod:`arlgym.policies.base`).
 
 ``make_policy(spec)`` builds one from a spec string, the same everywhere (CLI, SFT, eval):
-``expert``, ``random``, ``human``, ``hf:<path|alias>``, ``vllm:<path>``,
+``expert``, ``greedy``, ``random``, ``human``, ``hf:<path|alias>``, ``vllm:<path>``,
 ``openai:<base_url>#<model>``.
 """
 
 from arlgym.policies.base import Completion, Policy, SamplingParams, prompt_text
-from arlgym.policies.scripted import ExpertPolicy, HumanPolicy, RandomPolicy
+from arlgym.policies.scripted import ExpertPolicy, GreedyTeacherPolicy, HumanPolicy, RandomPolicy
 from arlgym.policies.spec import POLICY_KINDS, make_policy
 
 __all__ = [
@@ -15,6 +15,7 @@ __all__ = [
     "SamplingParams",
     "prompt_text",
     "ExpertPolicy",
+    "GreedyTeacherPolicy",
     "RandomPolicy",
     "HumanPolicy",
     "make_policy",

@@ -14,6 +14,7 @@ __all__ = ["make_policy", "POLICY_KINDS"]
 
 POLICY_KINDS: dict[str, str] = {
     "expert": "the env's scripted expert (optimal solver / planner)",
+    "greedy": "the env's greedy teacher (Sokoban: no path planning, no deadlock look-ahead)",
     "random": "uniformly random admissible action",
     "human": "you, at the terminal",
     "hf:<path|alias>": "a Hugging Face model (hub id, local dir, 'tiny', 'smollm2-135m') with model.generate",
@@ -35,6 +36,10 @@ def make_policy(spec: str, **kwargs: Any):
         from arlgym.policies.scripted import ExpertPolicy
 
         return ExpertPolicy(**kwargs)
+    if spec == "greedy":
+        from arlgym.policies.scripted import GreedyTeacherPolicy
+
+        return GreedyTeacherPolicy(**kwargs)
     if spec == "random":
         from arlgym.policies.scripted import RandomPolicy
 

@@ -84,7 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "resume where they stopped, without duplicates.")
     p.add_argument("--env", default="arl/Sokoban-v0", help="env id (default: arl/Sokoban-v0)")
     p.add_argument("--policy", default="expert",
-                   help="policy spec: expert | hf:<path> | vllm:<path> | openai:<url>#<model>")
+                   help="policy spec: expert | greedy | hf:<path> | vllm:<path> | openai:<url>#<model>")
     p.add_argument("--episodes", type=int, default=200, help="episodes to roll out (default: 200)")
     p.add_argument("--group-size", type=int, default=1, help="rollouts per task (default: 1)")
     p.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (default: 0)")

@@ -31,6 +31,7 @@ from arlgym.envs.sokoban.generator import generate_room
 from arlgym.envs.sokoban.render import TILE_SIZE, render_rgb
 from arlgym.envs.sokoban.room import MOVE_NAMES, Room, parse_xsb, read_xsb_collection
 from arlgym.envs.sokoban.solver import solve
+from arlgym.envs.sokoban.teacher import greedy_response
 from arlgym.errors import ConfigError, LevelFormatError, TaskNotFound, UnsolvableError
 
 __all__ = ["SokobanEnv", "SokobanVisionEnv", "SPLIT_SEED_RANGES"]
@@ -331,6 +332,13 @@ class SokobanEnv(AgentEnv):
             return "<think>all boxes are on targets</think><action>up</action>"
         shown = " ".join(plan[: max(1, self.expert_plan_length)])
         return f"<think>plan: {shown}</think><action>{plan[0]}</action>"
+
+    def teacher_response(self) -> str:
+        """The greedy teacher's answer (:mod:`arlgym.envs.sokoban.teacher`), in the expert's
+        format: imperfect demonstrations (53% of held-out rooms won) that RL can improve on."""
+        if self.room is None:
+            raise ConfigError("call reset() before teacher_response()")
+        return greedy_response(self.room, self.expert_plan_length)
 
 
 class SokobanVisionEnv(SokobanEnv):
