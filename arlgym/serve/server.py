@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import ipaddress
 import os
-import socket
 import threading
 from typing import Any
 
+from arlgym.core.sockets import listening_socket
 from arlgym.errors import ConfigError, MissingDependency
 from arlgym.serve.app import ServeApp, ServeConfig
 from arlgym.serve.hosts import ProcessHost, ThreadHost
@@ -94,16 +94,7 @@ class EnvServer:
         if check_envs:
             for env_id, kwargs in envs.items():
                 check_env_kwargs(env_id, kwargs, name=f"--env-kwarg of {env_id}")
-        # bound here, not by uvicorn: the port (0: a free one) is known before serving starts
-        self._socket = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
-        self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            self._socket.bind((host, port))
-        except OSError as e:
-            self._socket.close()
-            raise ConfigError(f"port={port}: cannot listen on {host}:{port}: {e.strerror}. "
-                              "Fix: choose another --port (0: any free one)") from None
-        self._socket.listen(backlog)
+        self._socket = listening_socket(host, port, backlog=backlog, purpose="listen")
         self.host, self.port = host, int(self._socket.getsockname()[1])
         hosts: dict[str, Any] = {}
         threaded = ThreadHost()

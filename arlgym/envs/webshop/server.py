@@ -34,7 +34,6 @@ from __future__ import annotations
 import html
 import os
 import secrets
-import socket
 import threading
 import time
 from collections import OrderedDict
@@ -42,8 +41,9 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qs, quote
 
+from arlgym.core.sockets import listening_socket
 from arlgym.envs.webshop.engine import BACK, BUY, PREV, SEP, TABS, ShopSession
-from arlgym.errors import ConfigError, MissingDependency
+from arlgym.errors import MissingDependency
 
 __all__ = ["ShopServer", "shared_server", "render_page"]
 
@@ -111,16 +111,8 @@ class ShopServer:
         self._lock = threading.Lock()
         self.new_session_factory: Callable[[], ShopSession] | None = None  # `arlgym webshop serve`
         self.expired = 0
-        # bound here, not by uvicorn: the port (0: a free one) is known before serving starts
-        self._socket = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
-        self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            self._socket.bind((host, port))
-        except OSError as e:
-            self._socket.close()
-            raise ConfigError(f"port={port}: cannot serve the WebShop site on {host}:{port}: "
-                              f"{e.strerror}. Fix: choose another --port (0: any free one)") from None
-        self._socket.listen(backlog)
+        self._socket = listening_socket(host, port, backlog=backlog,
+                                        purpose="serve the WebShop site")
         self.host, self.port = host, int(self._socket.getsockname()[1])
         self._server = uvicorn.Server(uvicorn.Config(
             self.asgi, interface="asgi3", lifespan="off", loop="asyncio", log_config=None,

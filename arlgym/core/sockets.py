@@ -1,0 +1,28 @@
+"""A listening socket bound before a server starts (the WebShop site, ``arlgym serve``).
+
+Binding here rather than inside uvicorn means the port (0: any free one) is known before serving
+starts, and a taken port is a :class:`~arlgym.errors.ConfigError` naming the fix instead of a
+log line from inside the server thread.
+"""
+
+from __future__ import annotations
+
+import socket
+
+from arlgym.errors import ConfigError
+
+__all__ = ["listening_socket"]
+
+
+def listening_socket(host: str, port: int, *, backlog: int, purpose: str) -> socket.socket:
+    """A socket listening on ``host:port``; ``purpose`` says what for, in the error."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as e:
+        sock.close()
+        raise ConfigError(f"port={port}: cannot {purpose} on {host}:{port}: {e.strerror}. "
+                          "Fix: choose another --port (0: any free one)") from None
+    sock.listen(backlog)
+    return sock
