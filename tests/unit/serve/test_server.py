@@ -219,10 +219,13 @@ def test_ws_oversized_message_closes_the_connection(server):
     with connect(server.url.replace("http", "ws") + "/ws") as ws:
         ws.send(json.dumps({"type": "reset", "data": {"seed": 0}}))
         assert json.loads(ws.recv(timeout=10))["type"] == "observation"
-        ws.send(json.dumps({"type": "step", "data": {"response": "x" * (2 << 20)}}))
+        # the server closes as soon as it reads the frame's length; on a busy machine that can
+        # happen while the client is still sending, so the send itself may see the close
         with pytest.raises(ConnectionClosed) as exc:
+            ws.send(json.dumps({"type": "step", "data": {"response": "x" * (2 << 20)}}))
             ws.recv(timeout=10)
-        assert exc.value.rcvd.code == 1009  # message too big
+        if exc.value.rcvd is not None:  # the close frame arrived before the socket went away
+            assert exc.value.rcvd.code == 1009  # message too big
         # malformed JSON on a fresh connection: an error message, the connection stays usable
     with connect(server.url.replace("http", "ws") + "/ws") as ws:
         ws.send("{oops")
