@@ -375,7 +375,7 @@ class SampledLogprobRecorder:
     ``z = logits / T`` for one step, and when the next step shows which token was drawn (the
     last column of ``input_ids``), stores ``z[token] − logsumexp(z)`` (B floats) and drops
     ``z``; :meth:`finish` takes the last step's token from the returned sequences. Peak extra
-    memory: one (B, V) float32 copy.
+    memory: at most one (B, V) float32 tensor (none at T = 1).
     """
 
     def __init__(self, temperature: float) -> None:
@@ -386,8 +386,10 @@ class SampledLogprobRecorder:
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         if self._pending is not None:
             self._take(input_ids[:, -1])
+        # no copy at T = 1: every processor after this one returns a new tensor, and generate
+        # makes new logits each step, so ``scores`` stays as it is until the next call
         z = scores.float()
-        self._pending = z / self.temperature if self.temperature != 1.0 else z.clone()
+        self._pending = z / self.temperature if self.temperature != 1.0 else z
         return scores
 
     def _take(self, tokens: torch.Tensor) -> None:

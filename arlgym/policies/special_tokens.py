@@ -55,11 +55,7 @@ def image_slot_token_strings(processor: Any) -> tuple[str, ...]:
         value = getattr(processor, attr, None)
         if isinstance(value, str) and value:
             found.add(value)
-    added = set(getattr(tokenizer, "all_special_tokens", []) or [])
-    try:
-        added |= set(tokenizer.get_added_vocab())
-    except (AttributeError, NotImplementedError):
-        pass
+    added = set(tokenizer.all_special_tokens) | set(tokenizer.get_added_vocab())
     for tok in added:
         # short tokens only: a long added token is a prompt fragment, not a slot marker
         if len(tok) <= 32 and any(w in tok.lower() for w in _SLOT_WORDS):
@@ -86,15 +82,13 @@ def image_slot_token_ids(processor: Any, model: Any | None = None) -> frozenset[
 
 
 def _config_dict(model: Any) -> dict[str, Any]:
+    """The model config's fields, a VLM's text config's underneath them."""
     config = getattr(model, "config", None)
     if config is None:
         return {}
-    out = dict(config.to_dict()) if hasattr(config, "to_dict") else {}
-    for sub in ("text_config",):
-        inner = out.get(sub)
-        if isinstance(inner, dict):
-            out = {**inner, **out}
-    return out
+    out = config.to_dict()
+    text = out.get("text_config")
+    return {**text, **out} if isinstance(text, dict) else out
 
 
 def escape_image_text(text: str, slot_strings: Sequence[str], placeholder: str) -> str:
