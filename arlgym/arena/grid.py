@@ -254,6 +254,30 @@ def print_commands(spec: ArenaSpec, launcher: str = "accelerate") -> list[str]:
     return lines
 
 
+def _steps_logged(run: RunSpec) -> int:
+    """Optimizer steps a run has logged so far (its metrics.jsonl; a torn last line is skipped)."""
+    from arlgym.rl.metrics import read_metrics_jsonl
+
+    path = run.folder / "metrics.jsonl"
+    if not path.exists():
+        return 0
+    return max((int(r.get("step", 0)) for r in read_metrics_jsonl(path)), default=0)
+
+
+def _show_steps(bar: Any, running: list, planned: dict[str, int], done_steps: dict[str, int]) -> None:
+    """Advance ``bar`` by the steps the running runs logged since the last poll and name each
+    running run's progress in the postfix (``grpo 3/8 · sampo 2/8``)."""
+    parts = []
+    for run, _proc, _log in running:
+        key = f"{run.label}/seed-{run.seed}"
+        steps = min(_steps_logged(run), planned[key])
+        if steps > done_steps.get(key, 0):
+            bar.update(steps - done_steps.get(key, 0))
+            done_steps[key] = steps
+        parts.append(f"{key} {steps}/{planned[key]}")
+    bar.set_postfix_str(" · ".join(parts), refresh=True)
+
+
 def run_grid(spec: ArenaSpec, jobs: int = 1, progress: bool = True,
              on_start: Any = None) -> dict[str, str]:
     """Run every unfinished run, ``jobs`` at a time; returns label/seed -> final status.
@@ -276,9 +300,15 @@ def run_grid(spec: ArenaSpec, jobs: int = 1, progress: bool = True,
     threads = threads_per_run(jobs)
     todo = [r for r in runs if run_status(r) != "finished"]
     results = {f"{r.label}/seed-{r.seed}": "finished (skipped)" for r in runs if r not in todo}
-    bar = tqdm(total=len(runs), initial=len(runs) - len(todo), desc="arena", unit="run",
-               disable=not progress)
+    # progress in optimizer steps (every run's max_steps), so the bar moves and shows an ETA
+    # while runs are in flight; a finished run counts in full (one that stops early on collapse too)
+    planned = {f"{r.label}/seed-{r.seed}": int(r.config.get("max_steps") or 0) or 1 for r in runs}
+    done_steps = {f"{r.label}/seed-{r.seed}": planned[f"{r.label}/seed-{r.seed}"]
+                  for r in runs if r not in todo}
+    bar = tqdm(total=sum(planned.values()), initial=sum(done_steps.values()), desc="arena",
+               unit="step", disable=not progress)
     running: list[tuple[RunSpec, subprocess.Popen, Any]] = []
+    last_poll = 0.0
     try:
         while todo or running:
             while todo and len(running) < jobs:
@@ -299,6 +329,9 @@ def run_grid(spec: ArenaSpec, jobs: int = 1, progress: bool = True,
                 if on_start is not None:
                     on_start(run, proc)
             time.sleep(0.2)
+            if progress and time.monotonic() - last_poll > 2.0:
+                last_poll = time.monotonic()
+                _show_steps(bar, running, planned, done_steps)
             for item in list(running):
                 run, proc, log = item
                 if proc.poll() is None:
@@ -312,7 +345,8 @@ def run_grid(spec: ArenaSpec, jobs: int = 1, progress: bool = True,
                     results[key] = f"failed (exit {proc.returncode}; see {run.folder / 'train.log'})"
                     bar.write(f"arena: {key} {results[key]}; its last lines:\n"
                               + log_tail(run.folder / "train.log"))
-                bar.update(1)
+                bar.update(planned[key] - done_steps.get(key, 0))
+                done_steps[key] = planned[key]
     except BaseException:
         for _run, proc, _log in running:  # a killed grid takes its runs with it
             _kill(proc)

@@ -44,17 +44,25 @@ class TrainConfig:
     save_steps: int = _f(0, "Checkpoint every N steps (0: only at the end).")
     save_total_limit: int = _f(0, "Keep only the newest N checkpoints (0: all). With "
                                   "stop_on_collapse keep enough to reach back before a collapse.")
-    eval_steps: int = _f(0, "Greedy eval on the fixed eval list every N steps (0: off).")
+    eval_steps: int = _f(0, "Eval on the fixed eval list every N steps (0: off); greedy unless "
+                                "eval_temperature is set.")
     eval_episodes: int = _f(100, "Episodes of the periodic eval (the eval_split task list).")
     eval_split: str = _f("test", "Task split of the periodic eval. Use a validation split (Sokoban: "
                                  "val) with save_best, so the test rooms stay unseen by the choice.")
     save_best: bool = _f(False, "Keep the model of the best periodic eval in output_dir/best/ "
                                 "(needs eval_steps > 0).")
-    test_episodes: int = _f(0, "Greedy eval at the end on the first N tasks of test_split, of "
-                               "final/ and (with save_best) of best/: eval/test-last.jsonl and "
+    test_episodes: int = _f(0, "Eval at the end (greedy unless eval_temperature) on the "
+                               "first N tasks of test_split, of final/ and (with save_best) of best/: eval/test-last.jsonl and "
                                "eval/test-best.jsonl, each with a .summary.json carrying the "
                                "task panel and its hash (0: off).")
     test_split: str = _f("test", "Task split of the final eval (test_episodes).")
+    eval_temperature: float = _f(0.0, "Sampling temperature of the periodic and final evals "
+                                      "(0: greedy). The paper validates at 0.6 with eval_top_p "
+                                      "0.95 and eval_top_k 20.")
+    eval_top_p: float = _f(1.0, "Nucleus mass of the evals when eval_temperature > 0 (1: off).")
+    eval_top_k: int = _f(0, "Top-k of the evals when eval_temperature > 0 (0: off).")
+    eval_samples: int = _f(1, "Episodes per task of the evals (success then averages them; "
+                              "more than 1 needs eval_temperature > 0).")
     collapse_alarm: bool = _f(True, "Judge the run online with arlgym.arena.detect_collapse "
                                     "(paper Finding 2): a warning and the alarm/collapse metric.")
     stop_on_collapse: bool = _f(False, "End the run when the collapse alarm fires; final/ then "
@@ -198,6 +206,11 @@ class TrainConfig:
             raise ConfigError(f"lora_r must be >= 0, got {self.lora_r}")
         if self.is_band is not None and not 0.0 < self.is_band < 1.0:
             raise ConfigError(f"is_band must be in (0, 1) or null, got {self.is_band}")
+        if self.eval_samples > 1 and self.eval_temperature <= 0:
+            raise ConfigError(f"eval_samples={self.eval_samples} repeats a greedy eval: every "
+                              "sample of a task would be the same episode. Set eval_temperature "
+                              "> 0 (the paper: 0.6, eval_top_p 0.95, eval_top_k 20) or "
+                              "eval_samples 1")
         if self.test_episodes < 0:
             raise ConfigError(f"test_episodes must be >= 0, got {self.test_episodes}")
         if self.episode_norm not in (None, "turns", "trajectories"):
@@ -248,7 +261,8 @@ _RANGES: dict[str, Any] = {
     "clip_high": (0, None), "seq_mask_delta": (0, None), "kl_coef": (0, None),
     "max_tries": (1, None), "cold_start_steps": (0, None), "rollout_correction_cap": "gt0",
     "rollout_correction_floor": (0, None), "rollout_workers": (1, None),
-    "max_staleness": (0, None),
+    "max_staleness": (0, None), "eval_temperature": (0, None), "eval_top_p": (0, 1),
+    "eval_top_k": (0, None), "eval_samples": (1, None),
 }
 #: Example values for the fields whose default is None (for the fix hint of an error).
 _EXAMPLES: dict[str, Any] = {

@@ -149,7 +149,7 @@ ASYNC_BUSY = _m("async/rollout_busy_frac", "mean",
                 "fraction of the rollout workers' wall time spent playing jobs (1 − idle)")
 TIME_WAIT = _m("time/learner_wait_s", "max", "seconds the learner waited for rollouts this step")
 # ---------------------------------------------------------------- eval and alarm (rank 0)
-EVAL_SUCCESS = _m("eval/success_rate", "mean", "greedy success on the periodic eval list")
+EVAL_SUCCESS = _m("eval/success_rate", "mean", "success on the periodic eval list (greedy unless eval_temperature)")
 EVAL_SUCCESS_SE = _m("eval/success_se", "mean", "its standard error")
 EVAL_SCORE = _m("eval/score", "mean", "greedy mean score on the periodic eval list")
 EVAL_FORMAT_VALID = _m("eval/format_valid_ratio", "mean", "greedy format validity")

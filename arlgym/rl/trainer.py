@@ -695,9 +695,21 @@ class Trainer:
 
         return M.reduce_across(metrics, collective)
 
+    def eval_sampling(self) -> Any:
+        """How the periodic and final evals decode: greedy by default; with eval_temperature the
+        paper's validation protocol (0.6, top-p 0.95, top-k 20), seeded by the run's seed so a
+        checkpoint's eval is reproducible and two runs of one seed play the same draws."""
+        from arlgym.policies import SamplingParams
+
+        c = self.cfg
+        if c.eval_temperature <= 0:
+            return SamplingParams(temperature=0.0, max_new_tokens=c.max_new_tokens)
+        return SamplingParams(temperature=c.eval_temperature, top_p=c.eval_top_p,
+                              top_k=c.eval_top_k, max_new_tokens=c.max_new_tokens,
+                              seed=c.seed + 1234)
+
     def evaluate(self) -> dict[str, float]:
         from arlgym.evaluation.runner import evaluate
-        from arlgym.policies import SamplingParams
         from arlgym.policies.hf import HFPolicy
 
         model = self.accelerator.unwrap_model(self.model)
@@ -707,8 +719,8 @@ class Trainer:
                 model, tokenizer=self.tokenizer, processor=self.processor, batch_size=self.cfg.generation_batch_size)
             summary, _ = evaluate(self.cfg.env_id, policy, episodes=self.cfg.eval_episodes,
                                   split=self.cfg.eval_split, batch_size=64, env_kwargs=self.cfg.env_kwargs,
-                                  sampling=SamplingParams(temperature=0.0, max_new_tokens=self.cfg.max_new_tokens),
-                                  progress=False)
+                                  sampling=self.eval_sampling(),
+                                  samples_per_task=self.cfg.eval_samples, progress=False)
         finally:
             model.train()
         o = summary["overall"]
@@ -807,7 +819,7 @@ class Trainer:
         and ``.summary.json`` files that carry the panel and its hash (main process)."""
         from arlgym.evaluation.panel import make_panel
         from arlgym.evaluation.runner import evaluate
-        from arlgym.policies import SamplingParams, make_policy
+        from arlgym.policies import make_policy
         from arlgym.policies.hf import HFPolicy
 
         cfg = self.cfg
@@ -827,7 +839,7 @@ class Trainer:
                 summary, _ = evaluate(
                     cfg.env_id, policy, episodes=cfg.test_episodes, split=cfg.test_split, out=path,
                     batch_size=64, env_kwargs=cfg.env_kwargs, progress=False,
-                    sampling=SamplingParams(temperature=0.0, max_new_tokens=cfg.max_new_tokens))
+                    sampling=self.eval_sampling(), samples_per_task=cfg.eval_samples)
                 summary.update({"checkpoint": name, "panel": panel, "panel_hash": panel["hash"],
                                 "train_step": self.step})
                 if name == "best":

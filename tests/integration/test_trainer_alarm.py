@@ -95,3 +95,33 @@ def test_final_test_eval_carries_the_panel(tmp_path):
 
     assert make_panel("arl/Sokoban-v0", "test", 3, {"max_steps": 2})["hash"] == panel["hash"]
     assert panel_hash({**panel, "task_ids": panel["task_ids"][:2]}) != panel["hash"]
+
+
+def test_sampled_evals_follow_the_eval_protocol(tmp_path):
+    """eval_temperature/top_p/top_k/eval_samples reach the periodic and the final eval: the
+    final eval plays eval_samples episodes a room, and the draws are seeded by the run's seed,
+    so a rerun of the same checkpoint's eval gives the same episodes."""
+    flags = [*TINY, "--max_steps", "1", "--test_episodes", "3", "--eval_steps", "1",
+             "--eval_episodes", "2", "--eval_split", "val", "--eval_temperature", "0.6",
+             "--eval_top_p", "0.95", "--eval_top_k", "20", "--eval_samples", "2"]
+    runs = []
+    for name in ("a", "b"):
+        trainer = Trainer(parse_train_config([*flags, "--output_dir", str(tmp_path / name)]))
+        assert trainer.eval_sampling().temperature == 0.6 and trainer.eval_sampling().top_k == 20
+        trainer.train()
+        rows = [json.loads(x) for x in (tmp_path / name / "eval" / "test-last.jsonl").read_text().splitlines()]
+        runs.append([(r["task_id"], [st["response"] for st in r["steps"]]) for r in rows])
+        assert any("eval/success_rate" in r for r in _rows(tmp_path / name))
+    assert len(runs[0]) == 6 and [t for t, _ in runs[0]].count(runs[0][0][0]) == 2  # 2 a room
+    assert runs[0] == runs[1]                      # seeded: the same draws
+    first, second = runs[0][0][1], runs[0][1][1]   # the two episodes of one room differ: sampled
+    assert first != second
+
+
+def test_sampled_eval_settings_are_checked():
+    from arlgym.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="eval_samples=3 repeats a greedy eval"):
+        parse_train_config([*TINY, "--eval_samples", "3"])
+    with pytest.raises(ConfigError, match="eval_top_p"):
+        parse_train_config([*TINY, "--eval_top_p", "1.5"])
