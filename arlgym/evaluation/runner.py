@@ -93,12 +93,19 @@ def evaluate(
     env_kwargs: dict[str, Any] | None = None,
     samples_per_task: int = 1,
     progress: bool = True,
+    servers: list[str] | None = None,
+    server_token: str | None = None,
 ) -> tuple[dict[str, Any], list[Trajectory]]:
     """Evaluate ``policy`` on the first ``episodes`` tasks of ``split``.
 
     Episodes already in ``out`` (same task id and sample index) are skipped, so an interrupted
     run resumes where it stopped. Each finished batch is appended (and fsynced) at once.
     ``samples_per_task > 1`` plays each task that many times (for pass@k).
+
+    ``servers`` (env server URLs, ``arlgym serve``) plays the episodes there instead of in this
+    process; they equal the local ones, so the servers are not part of the recorded settings
+    (:data:`arlgym.rundir.PLACEMENT_NOT_SETTINGS`) and a run may resume on other servers. The
+    task list is still enumerated here, from ``env_kwargs`` (which must equal the servers').
 
     Returns:
         ``(summary, trajectories)`` over all requested episodes, old and new.
@@ -137,7 +144,8 @@ def evaluate(
             if len(chunk) not in collectors:
                 collectors[len(chunk)] = RolloutCollector(
                     env_id, policy, group_size=samples_per_task, num_tasks=len(chunk),
-                    sampling=sampling, env_kwargs=env_kwargs, progress=False)
+                    sampling=sampling, env_kwargs=env_kwargs, progress=False,
+                    servers=servers, server_token=server_token)
             trajs = collectors[len(chunk)].collect(seed=0, task_ids=chunk)
             new = [t for t in trajs if (t.task_id, t.member) not in done]
             for t in new:

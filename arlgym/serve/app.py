@@ -11,7 +11,9 @@ Routes (OpenEnv's, so its ``GenericEnvClient`` works unchanged, plus ``/envs`` a
 ``POST /step``      ``{"session_id": …, "action": {"response": "<LLM text>"}}``
 ``GET /state``      ``?session_id=…``: episode id, step count, env, seed, task id, done
 ``POST /close``     ``{"session_id": …}``: free an HTTP session now (else it expires)
-``WS /ws``          one session per connection: OpenEnv's ``reset``/``step``/``state``/``close``
+``WS /ws``          one session per connection: OpenEnv's ``reset``/``step``/``state``/``close``,
+                    and arlgym's ``expert`` (``{"policy": "expert" | "teacher"}``: the env's
+                    scripted answer for the current state, for the expert/greedy policies)
 ==================  =========================================================================
 
 Reset data: ``seed`` (int >= 0; the same task as ``gymnasium.make(id).reset(seed=seed)``),
@@ -46,7 +48,7 @@ from urllib.parse import parse_qs
 
 from arlgym.core.validation import did_you_mean
 from arlgym.errors import ArlgymError, ConfigError, ResetNeeded, TaskNotFound
-from arlgym.serve.hosts import EnvRaised, HostFailure
+from arlgym.serve.hosts import SCRIPTED_METHODS, EnvRaised, HostFailure
 
 __all__ = ["ServeApp", "ServeConfig", "RESET_KEYS"]
 
@@ -315,9 +317,9 @@ class ServeApp:
         kind = message.get("type")
         if kind == "close":
             return None
-        if kind not in ("reset", "step", "state"):
+        if kind not in ("reset", "step", "state", "expert"):
             raise RequestError(400, "UNKNOWN_TYPE", f"unknown message type {kind!r}; expected "
-                               "'reset', 'step', 'state' or 'close'")
+                               "'reset', 'step', 'state', 'expert' or 'close'")
         _check_keys(message, ("type", "data"), f"the {kind!r} message")
         data = message.get("data", {})
         if not isinstance(data, dict):
@@ -330,6 +332,8 @@ class ServeApp:
             return {"type": "observation", "data": await self._reset(session, dict(data))}
         if kind == "step":
             return {"type": "observation", "data": await self._step(session, data)}
+        if kind == "expert":
+            return {"type": "expert", "data": await self._expert(session, data)}
         return {"type": "state", "data": self._state(session)}
 
     # ------------------------------------------------------------------ session ops
@@ -393,6 +397,23 @@ class ServeApp:
         result["observation"]["session_id"] = session.sid
         result["observation"]["env"] = session.env_id
         return result
+
+    async def _expert(self, session: Session, data: dict[str, Any]) -> dict[str, Any]:
+        """The env's scripted response for the current state: the expert and greedy policies
+        read the env's true state, which lives here, so the client asks for their answer."""
+        _check_keys(data, ("policy",), "the 'expert' data")
+        policy = data.get("policy", "expert")
+        if policy not in SCRIPTED_METHODS:
+            raise RequestError(422, "VALIDATION_ERROR", f"policy={policy!r} is invalid: "
+                               f"expected one of {list(SCRIPTED_METHODS)}")
+        async with session.lock:
+            if not session.live or session.sid not in self.sessions or session.done:
+                raise RequestError(409, "SESSION_ERROR", "no episode in progress: send reset "
+                                   "first")
+            session.used = time.monotonic()
+            response = await self._call(self.hosts[session.env_id], "expert", session.sid,
+                                        policy)
+        return {"response": response}
 
     def _state(self, session: Session) -> dict[str, Any]:
         return {"episode_id": session.episode_id, "step_count": session.steps,

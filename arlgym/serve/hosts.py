@@ -22,7 +22,11 @@ from arlgym.core.vector import EnvFactory, _pack_error
 from arlgym.errors import ArlgymError
 from arlgym.serve.codec import encode_result
 
-__all__ = ["ThreadHost", "ProcessHost", "HostFailure", "EnvRaised"]
+__all__ = ["ThreadHost", "ProcessHost", "HostFailure", "EnvRaised", "SCRIPTED_METHODS"]
+
+#: the scripted policies a client may ask a session's env for (``expert`` message): the env
+#: method each calls. Only these: a client names a policy, never an arbitrary method.
+SCRIPTED_METHODS = {"expert": "expert_response", "teacher": "teacher_response"}
 
 
 class HostFailure(ArlgymError, RuntimeError):
@@ -60,6 +64,15 @@ def _run(envs: dict[str, Any], cmd: str, sid: str, payload: Any) -> Any:
     if cmd == "step":
         obs, reward, terminated, truncated, info = env.step(payload)
         return encode_result(obs, reward, terminated, truncated, info)
+    if cmd == "expert":  # the scripted answer for the current state (expert / greedy policies)
+        method = SCRIPTED_METHODS[payload]
+        respond = getattr(env.unwrapped, method, None)
+        if respond is None:
+            from arlgym.errors import ConfigError
+
+            raise ConfigError(f"{type(env.unwrapped).__name__} has no {payload} policy "
+                              f"({method}()); the {payload!r} policy cannot play it")
+        return respond()
     raise RuntimeError(f"unknown host command {cmd!r}")  # pragma: no cover - internal
 
 
