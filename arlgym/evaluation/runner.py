@@ -15,13 +15,21 @@ from arlgym.rollout import RolloutCollector, Trajectory, iter_jsonl, save_jsonl
 __all__ = ["evaluate", "eval_task_list"]
 
 
-def eval_task_list(env_id: str, split: str, episodes: int, env_kwargs: dict[str, Any]) -> list[str]:
-    """The first ``episodes`` ids of the env's enumerated task list for ``split``."""
-    env = make_checked_env(env_id, env_kwargs)
-    try:
-        tasks = env.unwrapped.list_tasks(split, episodes)
-    finally:
-        env.close()
+def eval_task_list(env_id: str, split: str, episodes: int, env_kwargs: dict[str, Any],
+                   servers: list[str] | None = None, server_token: str | None = None) -> list[str]:
+    """The first ``episodes`` ids of the env's enumerated task list for ``split``; with
+    ``servers``, as the first server lists them (``GET /tasks``), so this machine needs
+    neither the env's package nor its data."""
+    if servers:
+        from arlgym.serve.client import server_tasks
+
+        tasks = server_tasks(servers[0], env_id, split, episodes, server_token)
+    else:
+        env = make_checked_env(env_id, env_kwargs)
+        try:
+            tasks = env.unwrapped.list_tasks(split, episodes)
+        finally:
+            env.close()
     if len(tasks) < episodes:
         raise ConfigError(
             f"{env_id} split {split!r} has only {len(tasks)} tasks, fewer than --episodes {episodes}"
@@ -105,7 +113,7 @@ def evaluate(
     ``servers`` (env server URLs, ``arlgym serve``) plays the episodes there instead of in this
     process; they equal the local ones, so the servers are not part of the recorded settings
     (:data:`arlgym.rundir.PLACEMENT_NOT_SETTINGS`) and a run may resume on other servers. The
-    task list is still enumerated here, from ``env_kwargs`` (which must equal the servers').
+    task list then comes from the first server; ``env_kwargs`` must equal the servers'.
 
     Returns:
         ``(summary, trajectories)`` over all requested episodes, old and new.
@@ -123,7 +131,7 @@ def evaluate(
         from arlgym.rundir import write_settings
 
         write_settings(settings_path(out), settings)
-    tasks = eval_task_list(env_id, split, episodes, env_kwargs)
+    tasks = eval_task_list(env_id, split, episodes, env_kwargs, servers, server_token)
     wanted = [(t, k) for t in tasks for k in range(samples_per_task)]
     wanted_set = set(wanted)
     done: dict[tuple[str, int], Trajectory] = {}

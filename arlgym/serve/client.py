@@ -27,7 +27,8 @@ from arlgym.core.vector import GroupVecEnv
 from arlgym.errors import ConfigError, MissingDependency, ResetNeeded, WorkerError
 from arlgym.serve.codec import decode_result, jsonable
 
-__all__ = ["RemoteEnv", "RemoteEnvError", "RemoteGroupVecEnv", "make_remote_group_vec"]
+__all__ = ["RemoteEnv", "RemoteEnvError", "RemoteGroupVecEnv", "make_remote_group_vec",
+           "server_envs", "server_tasks"]
 
 
 class RemoteEnvError(WorkerError):
@@ -53,13 +54,33 @@ def _ws_url(url: str) -> str:
 
 def server_envs(url: str, token: str | None = None, timeout: float = 10.0) -> dict[str, Any]:
     """The server's ``GET /envs``: the hosted ids with their kwargs."""
-    req = urllib.request.Request(url.rstrip("/") + "/envs", headers=_auth(token))
+    return _get_json(url, "/envs", token, timeout)
+
+
+def server_tasks(url: str, env_id: str, split: str, limit: int | None = None,
+                 token: str | None = None, timeout: float = 300.0) -> list[str]:
+    """The server's ``GET /tasks``: ``env_id``'s enumerated task ids of ``split`` (the first
+    ``limit``), listed by the server with its own env kwargs and data."""
+    from urllib.parse import urlencode
+
+    query = {"env": env_id, "split": split, **({"limit": limit} if limit is not None else {})}
+    try:
+        return list(_get_json(url, f"/tasks?{urlencode(query)}", token, timeout)["tasks"])
+    except RemoteEnvError as e:
+        if e.cause in ("HTTP 400", "HTTP 404", "HTTP 422"):
+            raise ConfigError(str(e)) from None
+        raise
+
+
+def _get_json(url: str, path: str, token: str | None, timeout: float) -> dict[str, Any]:
+    route = path.split("?", 1)[0]
+    req = urllib.request.Request(url.rstrip("/") + path, headers=_auth(token))
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             return json.loads(resp.read())
     except urllib.error.HTTPError as e:
         detail = _detail(e.read())
-        raise RemoteEnvError(f"env server {url} refused GET /envs: HTTP {e.code} {detail}",
+        raise RemoteEnvError(f"env server {url} refused GET {route}: HTTP {e.code} {detail}",
                              server=url, cause=f"HTTP {e.code}") from None
     except (urllib.error.URLError, OSError) as e:
         reason = getattr(e, "reason", e)

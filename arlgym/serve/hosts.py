@@ -44,6 +44,13 @@ class EnvRaised(Exception):
 
 def _run(envs: dict[str, Any], cmd: str, sid: str, payload: Any) -> Any:
     """One request against the env table ``envs`` (shared by both hosts)."""
+    if cmd == "tasks":  # the enumerated task ids of a split, from a temporary env
+        env_id, kwargs, split, limit = payload
+        env = EnvFactory(env_id, dict(kwargs))()
+        try:
+            return list(env.unwrapped.list_tasks(split, limit))
+        finally:
+            env.close()
     if cmd == "create":
         env_id, kwargs = payload
         old = envs.pop(sid, None)
@@ -85,6 +92,8 @@ class ThreadHost:
 
     def call(self, cmd: str, sid: str, payload: Any = None) -> Any:
         try:
+            if cmd == "tasks":
+                return _run({}, cmd, sid, payload)
             if cmd == "create":
                 env_id, kwargs = payload
                 env = EnvFactory(env_id, dict(kwargs))()
@@ -226,17 +235,25 @@ class ProcessHost:
     def pids(self) -> list[int]:
         return [w.proc.pid for w in self._workers]
 
+    def _least_busy(self) -> _Worker:
+        """The live worker with the fewest sessions (failed ones replaced first); hold the lock."""
+        for i, w in enumerate(self._workers):
+            if w.failed:
+                w.shutdown()
+                self._workers[i] = _Worker(self._ctx, i)
+        return min(self._workers, key=lambda w: len(w.sessions))
+
     def call(self, cmd: str, sid: str, payload: Any = None) -> Any:
+        if cmd == "tasks":  # a one-off on a temporary env: no session is pinned
+            with self._lock:
+                worker = self._least_busy()
+            return worker.request(cmd, sid, payload, self._timeout)
         with self._lock:
             worker = self._where.get(sid)
             if worker is None or (cmd == "create" and worker.failed):
                 if cmd == "close":
                     return None
-                for i, w in enumerate(self._workers):
-                    if w.failed:
-                        w.shutdown()
-                        self._workers[i] = _Worker(self._ctx, i)
-                worker = min(self._workers, key=lambda w: len(w.sessions))
+                worker = self._least_busy()
                 self._where[sid] = worker
                 worker.sessions.add(sid)
             if cmd == "close":

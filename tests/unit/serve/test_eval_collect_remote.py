@@ -119,3 +119,34 @@ def test_expert_of_an_env_without_one_is_a_clear_error(servers):
     with pytest.raises(ResetNeeded, match="send reset first"):
         env.expert_response()
     env.close()
+
+
+@pytest.mark.parametrize("env_id", [ENV, "arl/ALFWorld-v0"])  # a thread host, a process host
+def test_tasks_route_lists_what_the_env_lists(env_id):
+    import gymnasium as gym
+
+    from arlgym.errors import ConfigError
+    from arlgym.serve.client import server_tasks
+
+    local = gym.make(env_id)
+    want = local.unwrapped.list_tasks("test", 5)
+    local.close()
+    with EnvServer({env_id: {}}, workers=1) as srv:
+        assert server_tasks(srv.url, env_id, "test", 5) == want
+        assert len(srv.app.sessions) == 0  # a temporary env, no session
+        with pytest.raises(ConfigError, match="is not hosted here"):
+            server_tasks(srv.url, "arl/WebShop-v0", "test", 5)
+        with pytest.raises(ConfigError, match="limit='0' is invalid"):
+            server_tasks(srv.url, env_id, "test", 0)
+
+
+def test_eval_on_servers_needs_no_local_env(tmp_path, servers, monkeypatch):
+    """The task list comes from the server and the episodes run there: no env is made here."""
+    import arlgym.evaluation.runner as runner
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a local env was made")
+
+    monkeypatch.setattr(runner, "make_checked_env", refuse)
+    _eval(tmp_path / "remote.jsonl", 3, servers[0].url)
+    assert len(lines(tmp_path / "remote.jsonl")) == 3
