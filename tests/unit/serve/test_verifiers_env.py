@@ -46,16 +46,18 @@ class ScriptedModel:
             env = gym.make(ENV, **KWARGS)
             self.seed_of[env.reset(seed=seed)[0]] = seed
             env.close()
-        self.requests = 0
+        #: conversations whose user messages were not the env's observations, step by step
+        self.mismatches: list[int] = []
 
     def __call__(self, messages: list[dict[str, Any]]) -> str:
-        self.requests += 1
         users = [m["content"] for m in messages if m["role"] == "user"]
         replies = [m["content"] for m in messages if m["role"] == "assistant"]
         env = gym.make(ENV, **KWARGS)
         env.reset(seed=self.seed_of[users[0]])
-        for reply in replies:
-            env.step(reply)
+        for turn, reply in enumerate(replies, start=1):
+            obs, *_ = env.step(reply)
+            if users[turn] != obs:
+                self.mismatches.append(turn)
         answer = MALFORMED if len(replies) == 1 else env.unwrapped.expert_response()
         env.close()
         return answer
@@ -158,7 +160,7 @@ def play(env: ArlgymEnv, url: str) -> list[Any]:
 
 
 def check(episodes: list[Any], model: ScriptedModel) -> None:
-    assert len(episodes) == len(SEEDS)
+    assert len(episodes) == len(SEEDS) and model.mismatches == []
     for seed, episode in zip(SEEDS, episodes, strict=True):
         assert episode.ok, episode.errors
         (trace,) = episode.traces
