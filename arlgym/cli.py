@@ -125,10 +125,14 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         out = Path("runs") / "eval" / f"{safe_name(args.env)}__{safe_name(args.policy)}__{args.split}.jsonl"
     sampling = SamplingParams(temperature=args.temperature, max_new_tokens=args.max_new_tokens,
                               seed=args.seed)
+    from arlgym.serve.cli import env_server_kwargs
+
+    remote = env_server_kwargs(args.env_servers, "--env-servers")
     summary, _ = evaluate(args.env, policy, episodes=args.episodes, split=args.split, out=out,
                           batch_size=args.batch_size, sampling=sampling,
                           env_kwargs=env_kwargs_of(args),
-                          samples_per_task=args.samples_per_task, progress=not args.no_progress)
+                          samples_per_task=args.samples_per_task, progress=not args.no_progress,
+                          **remote)
     print(format_summary(summary, f"{args.policy} on {args.env} ({args.split} split)"))
     print(f"episodes: {out}\nsummary:  {Path(out).with_suffix('.summary.json')}")
     return 0
@@ -247,6 +251,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--samples-per-task", type=int, default=1,
                    help="episodes per task, for pass@k (default: 1)")
     p.add_argument("--seed", type=int, default=0, help="sampling seed (default: 0)")
+    from arlgym.serve.cli import add_env_servers
+
+    add_env_servers(p)
     p.set_defaults(func=_cmd_eval)
 
     p = sub.add_parser("patterns", help="failure patterns of evaluated episodes (action flows, failure modes)",

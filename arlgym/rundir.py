@@ -10,7 +10,8 @@ it does any work, and a later call with other settings is refused — with one l
 each differing setting and the fix — before it does any work either.
 
 Settings that change how fast or where a run goes, not its numbers (threads, progress bars,
-the output path, logging backends, time guards), are left out of the record by each caller.
+the output path, logging backends, time guards, and where the envs run:
+:data:`PLACEMENT_NOT_SETTINGS`), are left out of the record by each caller.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from typing import Any
 
 from arlgym.errors import ConfigError
 
-__all__ = ["SettingsMismatch", "settings_of", "settings_diff", "check_settings",
+__all__ = ["SettingsMismatch", "settings_of", "PLACEMENT_NOT_SETTINGS", "settings_diff", "check_settings",
            "write_settings", "train_settings", "TRAIN_NOT_SETTINGS", "check_train_dir",
            "record_train_settings", "recorded_train_settings", "train_dir_has_results"]
 
@@ -107,12 +108,18 @@ def write_settings(record: str | Path, settings: Mapping[str, Any]) -> None:
     os.replace(tmp, path)
 
 
+#: settings that say where the envs run, not what they return: episodes played on env servers
+#: (``arlgym serve``) equal the in-process ones for the same seeds (tests/unit/serve), so the
+#: trainer, ``arlgym eval`` and ``arlgym-sft collect`` leave them out of their records, and a
+#: run may continue its folder on other servers, or on local envs
+PLACEMENT_NOT_SETTINGS = ("env_servers",)
+
 #: TrainConfig fields that do not change a run's numbers: where it goes, how many threads, how
 #: often it saves, what it logs to, guards, and throughput knobs of generation and batching
 TRAIN_NOT_SETTINGS = ("output_dir", "resume", "torch_threads", "log_with", "max_minutes",
                       "save_steps", "save_total_limit", "vllm_gpu_memory_utilization",
                       "generation_batch_size", "micro_batch_tokens", "micro_batch_logits_mb",
-                      "lm_head", "env_servers")
+                      "lm_head", *PLACEMENT_NOT_SETTINGS)
 
 
 def train_settings(cfg: Any) -> dict[str, Any]:

@@ -6,6 +6,11 @@
    are opened and reset.
 3. Saturation throughput: ``--clients`` closed-loop WebSocket sessions stepping Sokoban as fast
    as the server answers (steps/s), then the latency (p50/p99) at half that load, paced.
+4. ALFWorld rollouts of the expert policy through the rollout collector: a remote vector env on
+   two servers (``--vec-workers`` env processes each) vs local worker processes (twice
+   ``--vec-workers``, so both sides step the same number of env processes); both collectors
+   are built and warmed up first, then their batches alternate, so both see the same machine
+   load; the figure is their throughput ratio (and the trajectories are checked equal).
 
 The server runs in its own process (``arlgym serve``); the load generator is one asyncio
 process. Both share the machine, so on a small machine the client's own CPU is part of the
@@ -13,6 +18,7 @@ figure: the throughput is a lower bound of the server's.
 
     python bench/bench_serve.py                      # all parts
     python bench/bench_serve.py --sessions 200 --seconds 3   # quicker
+    python bench/bench_serve.py --parts vector       # only part 4
 """
 
 from __future__ import annotations
@@ -42,8 +48,9 @@ def response(rng: random.Random) -> str:
     return f"<think>t</think><action>{rng.choice(MOVES)}</action>"
 
 
-def start_server(envs: list[str], max_sessions: int) -> tuple[subprocess.Popen, str]:
-    cmd = [sys.executable, "-m", "arlgym.cli", "serve", "--port", "0", "--workers", "1",
+def start_server(envs: list[str], max_sessions: int,
+                 workers: int = 1) -> tuple[subprocess.Popen, str]:
+    cmd = [sys.executable, "-m", "arlgym.cli", "serve", "--port", "0", "--workers", str(workers),
            "--max-sessions", str(max_sessions)]
     for env_id in envs:
         cmd += ["--env", env_id]
@@ -159,6 +166,54 @@ async def hold_sessions(url: str, pid: int, n: int) -> dict[str, float]:
             "kib_per_session": (after - before) * 1024 / n}
 
 
+def _episodes(trajs: list) -> list:
+    """What must agree between the two sides: task, responses, rewards, outcome."""
+    return [(t.task_id, [(s.response, s.step_reward) for s in t.steps], t.won) for t in trajs]
+
+
+def vector_rollouts(tasks: int, group: int, batches: int, workers: int,
+                    seed: int = 0) -> dict[str, object]:
+    """Part 4: expert ALFWorld rollouts, local worker processes vs a two-server remote vector."""
+    from arlgym.policies import make_policy
+    from arlgym.rollout import RolloutCollector
+
+    env_id = "arl/ALFWorld-v0"
+    procs = [start_server([env_id], 4 * tasks * group, workers) for _ in range(2)]
+    urls = [url for _, url in procs]
+    common = {"num_tasks": tasks, "group_size": group, "seed": seed, "progress": False}
+    local = RolloutCollector(env_id, make_policy("expert"), mode="async",
+                             num_workers=2 * workers, **common)
+    remote = RolloutCollector(env_id, make_policy("expert"), servers=urls, **common)
+    sides = {"local": local, "remote": remote}
+    timed: dict[str, dict[str, float]] = {k: {"s": 0.0, "steps": 0, "episodes": 0} for k in sides}
+    equal = True
+    try:
+        for c in sides.values():  # warm-up batch: worker start-up, ALFWorld's first load
+            c.collect()
+        for _ in range(batches):
+            got = {}
+            for name, c in sides.items():
+                t0 = time.perf_counter()
+                trajs = c.collect()
+                timed[name]["s"] += time.perf_counter() - t0
+                timed[name]["steps"] += sum(t.length for t in trajs)
+                timed[name]["episodes"] += len(trajs)
+                got[name] = _episodes(trajs)
+            equal = equal and got["local"] == got["remote"]
+    finally:
+        for c in sides.values():
+            c.close()
+        for proc, _ in procs:
+            proc.kill()
+            proc.wait(timeout=10)
+    out: dict[str, object] = {"envs": tasks * group, "batches": batches,
+                              "env_processes_per_side": 2 * workers, "trajectories_equal": equal}
+    for name, t in timed.items():
+        out[name] = {**t, "steps_per_s": t["steps"] / t["s"], "episodes_per_s": t["episodes"] / t["s"]}
+    out["remote_over_local"] = out["remote"]["steps_per_s"] / out["local"]["steps_per_s"]
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--steps", type=int, default=2000, help="round-trip steps per env")
@@ -167,10 +222,39 @@ def main() -> None:
     ap.add_argument("--sessions", type=int, default=1000, help="sessions held for memory")
     ap.add_argument("--clients", type=int, default=32, help="closed-loop clients")
     ap.add_argument("--seconds", type=float, default=8.0, help="seconds per load phase")
+    ap.add_argument("--vec-tasks", type=int, default=4, help="part 4: task groups per batch")
+    ap.add_argument("--vec-group", type=int, default=2, help="part 4: episodes per task group")
+    ap.add_argument("--vec-batches", type=int, default=3, help="part 4: timed batches per side")
+    ap.add_argument("--vec-workers", type=int, default=1,
+                    help="part 4: env processes per server (the local side gets twice this)")
+    ap.add_argument("--parts", nargs="+", default=["server", "vector"],
+                    choices=["server", "vector"],
+                    help="server: parts 1-3 (one server); vector: part 4 (default: both)")
     ap.add_argument("--out", type=Path, default=None, help="write the figures as JSON here")
     args = ap.parse_args()
-    proc, url = start_server(args.envs, max(args.sessions, args.clients) + 8)
     out: dict[str, object] = {"cpus": os.cpu_count(), "load_avg_at_start": os.getloadavg()}
+    if "server" in args.parts:
+        server_parts(args, out)
+    if "vector" in args.parts:
+        vec = vector_rollouts(args.vec_tasks, args.vec_group, args.vec_batches, args.vec_workers)
+        out["vector"] = vec
+        for side in ("local", "remote"):
+            r = vec[side]
+            print(f"ALFWorld expert rollouts, {side:6s}: {r['steps']} env steps, {r['episodes']} "
+                  f"episodes in {r['s']:.1f} s = {r['steps_per_s']:.1f} steps/s", flush=True)
+        print(f"two servers / local processes ({vec['env_processes_per_side']} env processes "
+              f"each side, {vec['envs']} envs): {vec['remote_over_local']:.2f}x steps/s; "
+              f"trajectories equal: {vec['trajectories_equal']}", flush=True)
+    out["load_avg_at_end"] = os.getloadavg()
+    print(f"machine: {out['cpus']} CPUs, load average {out['load_avg_at_start'][0]:.2f} at start, "
+          f"{out['load_avg_at_end'][0]:.2f} at end (server and clients share it)")
+    if args.out:
+        args.out.write_text(json.dumps(out, indent=2))
+
+
+def server_parts(args: argparse.Namespace, out: dict[str, object]) -> None:
+    """Parts 1-3 on one server."""
+    proc, url = start_server(args.envs, max(args.sessions, args.clients) + 8)
     try:
         out["round_trip"] = {e: round_trip(url, e, args.steps if e != "arl/ALFWorld-v0"
                                            else max(50, args.steps // 10)) for e in args.envs}
@@ -195,11 +279,6 @@ def main() -> None:
     finally:
         proc.kill()
         proc.wait(timeout=10)
-    out["load_avg_at_end"] = os.getloadavg()
-    print(f"machine: {out['cpus']} CPUs, load average {out['load_avg_at_start'][0]:.2f} at start, "
-          f"{out['load_avg_at_end'][0]:.2f} at end (server and clients share it)")
-    if args.out:
-        args.out.write_text(json.dumps(out, indent=2))
 
 
 if __name__ == "__main__":

@@ -15,13 +15,21 @@ from arlgym.rollout import RolloutCollector, Trajectory, iter_jsonl, save_jsonl
 __all__ = ["evaluate", "eval_task_list"]
 
 
-def eval_task_list(env_id: str, split: str, episodes: int, env_kwargs: dict[str, Any]) -> list[str]:
-    """The first ``episodes`` ids of the env's enumerated task list for ``split``."""
-    env = make_checked_env(env_id, env_kwargs)
-    try:
-        tasks = env.unwrapped.list_tasks(split, episodes)
-    finally:
-        env.close()
+def eval_task_list(env_id: str, split: str, episodes: int, env_kwargs: dict[str, Any],
+                   servers: list[str] | None = None, server_token: str | None = None) -> list[str]:
+    """The first ``episodes`` ids of the env's enumerated task list for ``split``; with
+    ``servers``, as the first server lists them (``GET /tasks``), so this machine needs
+    neither the env's package nor its data."""
+    if servers:
+        from arlgym.serve.client import server_tasks
+
+        tasks = server_tasks(servers[0], env_id, split, episodes, server_token)
+    else:
+        env = make_checked_env(env_id, env_kwargs)
+        try:
+            tasks = env.unwrapped.list_tasks(split, episodes)
+        finally:
+            env.close()
     if len(tasks) < episodes:
         raise ConfigError(
             f"{env_id} split {split!r} has only {len(tasks)} tasks, fewer than --episodes {episodes}"
@@ -93,12 +101,19 @@ def evaluate(
     env_kwargs: dict[str, Any] | None = None,
     samples_per_task: int = 1,
     progress: bool = True,
+    servers: list[str] | None = None,
+    server_token: str | None = None,
 ) -> tuple[dict[str, Any], list[Trajectory]]:
     """Evaluate ``policy`` on the first ``episodes`` tasks of ``split``.
 
     Episodes already in ``out`` (same task id and sample index) are skipped, so an interrupted
     run resumes where it stopped. Each finished batch is appended (and fsynced) at once.
     ``samples_per_task > 1`` plays each task that many times (for pass@k).
+
+    ``servers`` (env server URLs, ``arlgym serve``) plays the episodes there instead of in this
+    process; they equal the local ones, so the servers are not part of the recorded settings
+    (:data:`arlgym.rundir.PLACEMENT_NOT_SETTINGS`) and a run may resume on other servers. The
+    task list then comes from the first server; ``env_kwargs`` must equal the servers'.
 
     Returns:
         ``(summary, trajectories)`` over all requested episodes, old and new.
@@ -116,7 +131,7 @@ def evaluate(
         from arlgym.rundir import write_settings
 
         write_settings(settings_path(out), settings)
-    tasks = eval_task_list(env_id, split, episodes, env_kwargs)
+    tasks = eval_task_list(env_id, split, episodes, env_kwargs, servers, server_token)
     wanted = [(t, k) for t in tasks for k in range(samples_per_task)]
     wanted_set = set(wanted)
     done: dict[tuple[str, int], Trajectory] = {}
@@ -137,7 +152,8 @@ def evaluate(
             if len(chunk) not in collectors:
                 collectors[len(chunk)] = RolloutCollector(
                     env_id, policy, group_size=samples_per_task, num_tasks=len(chunk),
-                    sampling=sampling, env_kwargs=env_kwargs, progress=False)
+                    sampling=sampling, env_kwargs=env_kwargs, progress=False,
+                    servers=servers, server_token=server_token)
             trajs = collectors[len(chunk)].collect(seed=0, task_ids=chunk)
             new = [t for t in trajs if (t.task_id, t.member) not in done]
             for t in new:

@@ -195,14 +195,9 @@ def sample_logprobs(model: Any, sub: list[TokenSample], pad_id: int, device: Any
 
 def env_server_kwargs(env_servers: str) -> dict[str, Any]:
     """The collector's ``servers``/``server_token`` for the ``env_servers`` setting (empty: {})."""
-    urls = [u.strip() for u in env_servers.split(",") if u.strip()]
-    if not urls:
-        return {}
-    import os
+    from arlgym.serve.cli import env_server_kwargs as of_urls
 
-    from arlgym.serve.cli import TOKEN_VARIABLE
-
-    return {"servers": urls, "server_token": os.environ.get(TOKEN_VARIABLE) or None}
+    return of_urls(env_servers, "env_servers")
 
 
 class Trainer:

@@ -7,11 +7,15 @@ Routes (OpenEnv's, so its ``GenericEnvClient`` works unchanged, plus ``/envs`` a
 ``GET /metadata``   OpenEnv's ``EnvironmentMetadata`` (name, description, version)
 ``GET /schema``     JSON schemas of the action, observation and state
 ``GET /envs``       the hosted env ids with their server-side kwargs (clients check them)
+``GET /tasks``      ``?env=…&split=…&limit=…``: the env's enumerated task ids of a split (the
+                    fixed eval list ``arlgym eval --env-servers`` plays)
 ``POST /reset``     new HTTP session (or ``session_id`` to reuse one): the first observation
 ``POST /step``      ``{"session_id": …, "action": {"response": "<LLM text>"}}``
 ``GET /state``      ``?session_id=…``: episode id, step count, env, seed, task id, done
 ``POST /close``     ``{"session_id": …}``: free an HTTP session now (else it expires)
-``WS /ws``          one session per connection: OpenEnv's ``reset``/``step``/``state``/``close``
+``WS /ws``          one session per connection: OpenEnv's ``reset``/``step``/``state``/``close``,
+                    and arlgym's ``expert`` (``{"policy": "expert" | "teacher"}``: the env's
+                    scripted answer for the current state, for the expert/greedy policies)
 ==================  =========================================================================
 
 Reset data: ``seed`` (int >= 0; the same task as ``gymnasium.make(id).reset(seed=seed)``),
@@ -46,7 +50,7 @@ from urllib.parse import parse_qs
 
 from arlgym.core.validation import did_you_mean
 from arlgym.errors import ArlgymError, ConfigError, ResetNeeded, TaskNotFound
-from arlgym.serve.hosts import EnvRaised, HostFailure
+from arlgym.serve.hosts import SCRIPTED_METHODS, EnvRaised, HostFailure
 
 __all__ = ["ServeApp", "ServeConfig", "RESET_KEYS"]
 
@@ -212,6 +216,28 @@ class ServeApp:
                                "'Content-Type: application/json'")
         return _parse_object(raw or b"{}")
 
+    async def _tasks(self, query: dict[str, list[str]]) -> dict[str, Any]:
+        """``GET /tasks``: the first ``limit`` task ids of ``split``, enumerated by a temporary
+        env with the server's kwargs (so a client needs neither the env nor its data)."""
+        _check_keys(query, ("env", "split", "limit"), "the /tasks query")
+        env_id = (query.get("env") or [self.default_env])[0]
+        if env_id not in self.config.envs:
+            raise RequestError(404, "UNKNOWN_ENV", f"env {env_id!r} is not hosted here"
+                               f"{did_you_mean(env_id, self.config.envs)}; hosted: "
+                               f"{list(self.config.envs)}")
+        split = (query.get("split") or ["test"])[0]
+        raw = (query.get("limit") or [""])[0]
+        try:
+            limit = int(raw) if raw else None
+        except ValueError:
+            limit = -1
+        if limit is not None and limit < 1:
+            raise RequestError(422, "VALIDATION_ERROR", f"limit={raw!r} is invalid: expected an "
+                               "int >= 1, or no limit")
+        tasks = await self._call(self.hosts[env_id], "tasks", _new_id(),
+                                 (env_id, self.config.envs[env_id], split, limit))
+        return {"env": env_id, "split": split, "tasks": tasks}
+
     async def _get(self, path: str, query: dict[str, list[str]]) -> dict[str, Any]:
         if path == "/health":
             return {"status": "healthy", "sessions": len(self.sessions),
@@ -232,8 +258,10 @@ class ServeApp:
         if path == "/state":
             sid = (query.get("session_id") or [""])[0]
             return self._state(self._http_session(sid))
+        if path == "/tasks":
+            return await self._tasks(query)
         raise RequestError(404, "NOT_FOUND", f"no route GET {path}; routes: /health /metadata "
-                           "/schema /envs /state, POST /reset /step /close, WebSocket /ws")
+                           "/schema /envs /tasks /state, POST /reset /step /close, WebSocket /ws")
 
     async def _post(self, path: str, data: dict[str, Any]) -> dict[str, Any]:
         if path == "/reset":
@@ -257,7 +285,7 @@ class ServeApp:
                 self._drop(session, close_env=True)
             return {"closed": session.sid}
         raise RequestError(404, "NOT_FOUND", f"no route POST {path}; routes: POST /reset /step "
-                           "/close, GET /health /metadata /schema /envs /state, WebSocket /ws")
+                           "/close, GET /health /metadata /schema /envs /tasks /state, WebSocket /ws")
 
     def _http_session(self, sid: Any) -> Session:
         if not isinstance(sid, str) or not sid:
@@ -315,9 +343,9 @@ class ServeApp:
         kind = message.get("type")
         if kind == "close":
             return None
-        if kind not in ("reset", "step", "state"):
+        if kind not in ("reset", "step", "state", "expert"):
             raise RequestError(400, "UNKNOWN_TYPE", f"unknown message type {kind!r}; expected "
-                               "'reset', 'step', 'state' or 'close'")
+                               "'reset', 'step', 'state', 'expert' or 'close'")
         _check_keys(message, ("type", "data"), f"the {kind!r} message")
         data = message.get("data", {})
         if not isinstance(data, dict):
@@ -330,6 +358,8 @@ class ServeApp:
             return {"type": "observation", "data": await self._reset(session, dict(data))}
         if kind == "step":
             return {"type": "observation", "data": await self._step(session, data)}
+        if kind == "expert":
+            return {"type": "expert", "data": await self._expert(session, data)}
         return {"type": "state", "data": self._state(session)}
 
     # ------------------------------------------------------------------ session ops
@@ -393,6 +423,23 @@ class ServeApp:
         result["observation"]["session_id"] = session.sid
         result["observation"]["env"] = session.env_id
         return result
+
+    async def _expert(self, session: Session, data: dict[str, Any]) -> dict[str, Any]:
+        """The env's scripted response for the current state: the expert and greedy policies
+        read the env's true state, which lives here, so the client asks for their answer."""
+        _check_keys(data, ("policy",), "the 'expert' data")
+        policy = data.get("policy", "expert")
+        if policy not in SCRIPTED_METHODS:
+            raise RequestError(422, "VALIDATION_ERROR", f"policy={policy!r} is invalid: "
+                               f"expected one of {list(SCRIPTED_METHODS)}")
+        async with session.lock:
+            if not session.live or session.sid not in self.sessions or session.done:
+                raise RequestError(409, "SESSION_ERROR", "no episode in progress: send reset "
+                                   "first")
+            session.used = time.monotonic()
+            response = await self._call(self.hosts[session.env_id], "expert", session.sid,
+                                        policy)
+        return {"response": response}
 
     def _state(self, session: Session) -> dict[str, Any]:
         return {"episode_id": session.episode_id, "step_count": session.steps,

@@ -5,9 +5,35 @@ from __future__ import annotations
 import argparse
 import os
 
-__all__ = ["add_subparser", "parse_env_kwargs"]
+__all__ = ["add_subparser", "parse_env_kwargs", "env_server_kwargs", "add_env_servers"]
 
 TOKEN_VARIABLE = "ARLGYM_SERVE_TOKEN"
+
+
+def env_server_kwargs(env_servers: str | None, flag: str = "env_servers") -> dict:
+    """The collector's ``servers``/``server_token`` for a comma-separated URL list (the
+    trainer's ``env_servers``, the ``--env-servers`` flag of ``arlgym eval`` and
+    ``arlgym-sft collect``); empty: ``{}`` (local envs). The token comes from
+    ``$ARLGYM_SERVE_TOKEN``, so it never lands in a command line, a config or a record."""
+    from arlgym.errors import ConfigError
+
+    urls = [u.strip() for u in (env_servers or "").split(",") if u.strip()]
+    if not urls:
+        return {}
+    for url in urls:
+        if not url.startswith(("http://", "https://")):
+            raise ConfigError(f"{flag} entry {url!r} is invalid: expected URLs like "
+                              f"http://host:8000, comma-separated (e.g. {flag} "
+                              "http://node1:8000,http://node2:8000)")
+    return {"servers": urls, "server_token": os.environ.get(TOKEN_VARIABLE) or None}
+
+
+def add_env_servers(p: argparse.ArgumentParser) -> None:
+    """``--env-servers URL[,URL...]``: play the envs on ``arlgym serve`` servers."""
+    p.add_argument("--env-servers", default="", metavar="URL[,URL...]",
+                   help="play the envs on these env servers (`arlgym serve`, docs/serving.md), "
+                        "group g on server g mod n, instead of in this process; the results "
+                        f"equal the local run's. A token, if they need one: ${TOKEN_VARIABLE}")
 
 
 def parse_env_kwargs(env_ids: list[str], pairs: list[str]) -> dict[str, dict]:

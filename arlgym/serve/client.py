@@ -27,7 +27,8 @@ from arlgym.core.vector import GroupVecEnv
 from arlgym.errors import ConfigError, MissingDependency, ResetNeeded, WorkerError
 from arlgym.serve.codec import decode_result, jsonable
 
-__all__ = ["RemoteEnv", "RemoteEnvError", "RemoteGroupVecEnv", "make_remote_group_vec"]
+__all__ = ["RemoteEnv", "RemoteEnvError", "RemoteGroupVecEnv", "make_remote_group_vec",
+           "server_envs", "server_tasks"]
 
 
 class RemoteEnvError(WorkerError):
@@ -53,13 +54,33 @@ def _ws_url(url: str) -> str:
 
 def server_envs(url: str, token: str | None = None, timeout: float = 10.0) -> dict[str, Any]:
     """The server's ``GET /envs``: the hosted ids with their kwargs."""
-    req = urllib.request.Request(url.rstrip("/") + "/envs", headers=_auth(token))
+    return _get_json(url, "/envs", token, timeout)
+
+
+def server_tasks(url: str, env_id: str, split: str, limit: int | None = None,
+                 token: str | None = None, timeout: float = 300.0) -> list[str]:
+    """The server's ``GET /tasks``: ``env_id``'s enumerated task ids of ``split`` (the first
+    ``limit``), listed by the server with its own env kwargs and data."""
+    from urllib.parse import urlencode
+
+    query = {"env": env_id, "split": split, **({"limit": limit} if limit is not None else {})}
+    try:
+        return list(_get_json(url, f"/tasks?{urlencode(query)}", token, timeout)["tasks"])
+    except RemoteEnvError as e:
+        if e.cause in ("HTTP 400", "HTTP 404", "HTTP 422"):
+            raise ConfigError(str(e)) from None
+        raise
+
+
+def _get_json(url: str, path: str, token: str | None, timeout: float) -> dict[str, Any]:
+    route = path.split("?", 1)[0]
+    req = urllib.request.Request(url.rstrip("/") + path, headers=_auth(token))
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             return json.loads(resp.read())
     except urllib.error.HTTPError as e:
         detail = _detail(e.read())
-        raise RemoteEnvError(f"env server {url} refused GET /envs: HTTP {e.code} {detail}",
+        raise RemoteEnvError(f"env server {url} refused GET {route}: HTTP {e.code} {detail}",
                              server=url, cause=f"HTTP {e.code}") from None
     except (urllib.error.URLError, OSError) as e:
         reason = getattr(e, "reason", e)
@@ -148,6 +169,12 @@ class RemoteEnv(gym.Env):
     def receive(self) -> tuple[Any, float, bool, bool, dict[str, Any]]:
         """The reply to the last ``send_*``: ``(obs, reward, terminated, truncated, info)``."""
         what, self._pending = self._pending, None
+        result = decode_result(self._reply(what)["data"])
+        self._last_info = result[4]
+        return result
+
+    def _reply(self, what: str | None) -> dict[str, Any]:
+        """The next message from the server; an error message raised as our own types."""
         try:
             raw = self._ws.recv(timeout=self.timeout)
         except TimeoutError:
@@ -169,9 +196,21 @@ class RemoteEnv(gym.Env):
                 raise ResetNeeded(f"{self.env_id} on {self.url}: {text}")
             raise RemoteEnvError(f"env server {self.url} answered {what!r} with {code}: {text}",
                                  server=self.url, cause=code)
-        result = decode_result(message["data"])
-        self._last_info = result[4]
-        return result
+        return message
+
+    # ------------------------------------------------------------------ scripted policies
+    def expert_response(self) -> str:
+        """The env's expert answer for the current state, computed on the server (the expert
+        reads the env's true state, which lives there): what ``--policy expert`` plays."""
+        return self._scripted("expert")
+
+    def teacher_response(self) -> str:
+        """The env's greedy teacher's answer (Sokoban), computed on the server."""
+        return self._scripted("teacher")
+
+    def _scripted(self, policy: str) -> str:
+        self._send({"type": "expert", "data": {"policy": policy}})
+        return str(self._reply(policy)["data"]["response"])
 
     def _send(self, message: dict[str, Any]) -> None:
         try:
@@ -212,6 +251,10 @@ class RemoteEnv(gym.Env):
             ws.close()
         except Exception:  # noqa: BLE001
             pass
+
+
+#: what a policy may ask of a remote env's ``unwrapped`` (the scripted and random policies)
+_REMOTE_METHODS = frozenset({"_admissible", "expert_response", "teacher_response"})
 
 
 class RemoteGroupVecEnv(GroupVecEnv):
@@ -307,14 +350,16 @@ class RemoteGroupVecEnv(GroupVecEnv):
         return [(None, 0.0, False, False, None) if a is None else r
                 for a, r in zip(actions, out, strict=True)]
 
-    def handles(self) -> list[Any]:
-        return list(self.envs)
+    # handles(): the base class's index proxies, so a policy always reaches the env that
+    # holds the index now (a failed server's envs are replaced by new sessions elsewhere)
 
     def call_one(self, index: int, name: str, *args: Any, **kwargs: Any) -> Any:
-        if name == "_admissible":
-            return self.envs[index]._admissible()
+        if name in _REMOTE_METHODS and not args and not kwargs:
+            return getattr(self.envs[index], name)()
         raise ConfigError(f"env.unwrapped.{name}() cannot run on a remote env (the env lives "
-                          "on the server). Fix: use a policy that needs only the prompt")
+                          f"on the server; a remote env answers {sorted(_REMOTE_METHODS)}). "
+                          "Fix: use a policy that needs only the prompt, or the expert, "
+                          "greedy or random policy")
 
     def call(self, name: str, *args: Any, **kwargs: Any) -> list[Any]:
         return [self.call_one(i, name, *args, **kwargs) for i in range(self.num_envs)]

@@ -22,7 +22,11 @@ from arlgym.core.vector import EnvFactory, _pack_error
 from arlgym.errors import ArlgymError
 from arlgym.serve.codec import encode_result
 
-__all__ = ["ThreadHost", "ProcessHost", "HostFailure", "EnvRaised"]
+__all__ = ["ThreadHost", "ProcessHost", "HostFailure", "EnvRaised", "SCRIPTED_METHODS"]
+
+#: the scripted policies a client may ask a session's env for (``expert`` message): the env
+#: method each calls. Only these: a client names a policy, never an arbitrary method.
+SCRIPTED_METHODS = {"expert": "expert_response", "teacher": "teacher_response"}
 
 
 class HostFailure(ArlgymError, RuntimeError):
@@ -40,6 +44,13 @@ class EnvRaised(Exception):
 
 def _run(envs: dict[str, Any], cmd: str, sid: str, payload: Any) -> Any:
     """One request against the env table ``envs`` (shared by both hosts)."""
+    if cmd == "tasks":  # the enumerated task ids of a split, from a temporary env
+        env_id, kwargs, split, limit = payload
+        env = EnvFactory(env_id, dict(kwargs))()
+        try:
+            return list(env.unwrapped.list_tasks(split, limit))
+        finally:
+            env.close()
     if cmd == "create":
         env_id, kwargs = payload
         old = envs.pop(sid, None)
@@ -60,6 +71,15 @@ def _run(envs: dict[str, Any], cmd: str, sid: str, payload: Any) -> Any:
     if cmd == "step":
         obs, reward, terminated, truncated, info = env.step(payload)
         return encode_result(obs, reward, terminated, truncated, info)
+    if cmd == "expert":  # the scripted answer for the current state (expert / greedy policies)
+        method = SCRIPTED_METHODS[payload]
+        respond = getattr(env.unwrapped, method, None)
+        if respond is None:
+            from arlgym.errors import ConfigError
+
+            raise ConfigError(f"{type(env.unwrapped).__name__} has no {payload} policy "
+                              f"({method}()); the {payload!r} policy cannot play it")
+        return respond()
     raise RuntimeError(f"unknown host command {cmd!r}")  # pragma: no cover - internal
 
 
@@ -72,6 +92,8 @@ class ThreadHost:
 
     def call(self, cmd: str, sid: str, payload: Any = None) -> Any:
         try:
+            if cmd == "tasks":
+                return _run({}, cmd, sid, payload)
             if cmd == "create":
                 env_id, kwargs = payload
                 env = EnvFactory(env_id, dict(kwargs))()
@@ -213,17 +235,25 @@ class ProcessHost:
     def pids(self) -> list[int]:
         return [w.proc.pid for w in self._workers]
 
+    def _least_busy(self) -> _Worker:
+        """The live worker with the fewest sessions (failed ones replaced first); hold the lock."""
+        for i, w in enumerate(self._workers):
+            if w.failed:
+                w.shutdown()
+                self._workers[i] = _Worker(self._ctx, i)
+        return min(self._workers, key=lambda w: len(w.sessions))
+
     def call(self, cmd: str, sid: str, payload: Any = None) -> Any:
+        if cmd == "tasks":  # a one-off on a temporary env: no session is pinned
+            with self._lock:
+                worker = self._least_busy()
+            return worker.request(cmd, sid, payload, self._timeout)
         with self._lock:
             worker = self._where.get(sid)
             if worker is None or (cmd == "create" and worker.failed):
                 if cmd == "close":
                     return None
-                for i, w in enumerate(self._workers):
-                    if w.failed:
-                        w.shutdown()
-                        self._workers[i] = _Worker(self._ctx, i)
-                worker = min(self._workers, key=lambda w: len(w.sessions))
+                worker = self._least_busy()
                 self._where[sid] = worker
                 worker.sessions.add(sid)
             if cmd == "close":

@@ -25,6 +25,11 @@ def _cmd_collect(args: argparse.Namespace) -> int:
     from arlgym.sft.collect import CollectConfig, collect_sft
 
     check_int("--workers", args.workers, min=1, allow_none=True)
+    if args.workers and args.env_servers:
+        from arlgym.errors import ConfigError
+
+        raise ConfigError("--workers and --env-servers exclude each other: with --env-servers "
+                          "the envs run on the servers (their --workers). Fix: drop one")
     check_float("--temperature", args.temperature, min=0.0)
     check_int("--max-new-tokens", args.max_new_tokens, min=1)
     env_kwargs = env_kwargs_of(args)
@@ -33,7 +38,8 @@ def _cmd_collect(args: argparse.Namespace) -> int:
                         group_size=args.group_size, temperature=args.temperature,
                         max_new_tokens=args.max_new_tokens, min_score=args.min_score,
                         split=args.split, seed=args.seed, batch_tasks=args.batch_tasks,
-                        workers=args.workers, env_kwargs=env_kwargs)
+                        workers=args.workers, env_kwargs=env_kwargs,
+                        env_servers=args.env_servers)
     out = Path(args.out) if args.out else _default_out(args.env, args.policy, args.split)
     stats = collect_sft(cfg, out, progress=not args.no_progress)
     print(f"{stats['samples']} samples from {stats['kept_episodes']}/{stats['episodes']} episodes "
@@ -94,10 +100,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--split", default="train", help="task split (default: train)")
     p.add_argument("--seed", type=int, default=0, help="base seed: group g uses seed+g")
     p.add_argument("--workers", type=int, default=None,
-                   help="env worker processes (default: in-process unless the env needs them)")
+                   help="env worker processes (default: in-process unless the env needs them; "
+                        "not with --env-servers)")
     p.add_argument("--batch-tasks", type=int, default=32,
                    help="task groups played in parallel per batch (default: 32)")
     add_env_kwargs(p)
+    from arlgym.serve.cli import add_env_servers
+
+    add_env_servers(p)
     p.add_argument("--out", default=None, help="output folder (default: sft_data/<env>__<policy>__<split>)")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=_cmd_collect)

@@ -57,6 +57,7 @@ class CollectConfig:
     batch_tasks: int = 32
     workers: int | None = None
     env_kwargs: dict[str, Any] | None = None
+    env_servers: str = ""  # comma-separated `arlgym serve` URLs; empty: local envs
 
     def __post_init__(self) -> None:
         if self.episodes < 1:
@@ -74,9 +75,12 @@ class CollectConfig:
         return traj.won if self.min_score is None else traj.score >= self.min_score
 
     def identity(self) -> dict[str, Any]:
-        """The fields that define the data (a resumed run must not change them)."""
+        """The fields that define the data (a resumed run must not change them); where the envs
+        run is not among them (:data:`arlgym.rundir.PLACEMENT_NOT_SETTINGS`)."""
+        from arlgym.rundir import PLACEMENT_NOT_SETTINGS
+
         out = asdict(self)
-        for volatile in ("episodes", "workers", "batch_tasks"):
+        for volatile in ("episodes", "workers", "batch_tasks", *PLACEMENT_NOT_SETTINGS):
             out.pop(volatile)
         return out
 
@@ -224,6 +228,9 @@ def collect_sft(cfg: CollectConfig, out: str | Path, policy: Policy | None = Non
                               seed=cfg.seed)
     num_groups = cfg.episodes // cfg.group_size
     env_kwargs = dict(cfg.env_kwargs or {})
+    from arlgym.serve.cli import env_server_kwargs
+
+    remote = env_server_kwargs(cfg.env_servers, "--env-servers")
     bar = tqdm(total=cfg.episodes, initial=sum(1 for e in episodes if e < cfg.episodes),
                desc=f"collect {cfg.env_id}", unit="ep", disable=not progress)
     collectors: dict[int, RolloutCollector] = {}
@@ -239,7 +246,7 @@ def collect_sft(cfg: CollectConfig, out: str | Path, policy: Policy | None = Non
                     cfg.env_id, policy, group_size=cfg.group_size, num_tasks=n,
                     sampling=sampling, env_kwargs=env_kwargs,
                     mode="async" if cfg.workers else "auto", num_workers=cfg.workers,
-                    progress=False)
+                    progress=False, **remote)
             trajs = collectors[n].collect(seed=cfg.seed + first,
                                           options={"split": cfg.split})
             for episode, traj in zip(wanted, trajs, strict=True):
