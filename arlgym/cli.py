@@ -176,7 +176,7 @@ def _check_quickstart(cfg: Any) -> None:
                            ("--eval-episodes", "eval_episodes", 1), ("--rl-steps", "rl_steps", 1),
                            ("--rl-jobs", "rl_jobs", 1), ("--seed", "seed", 0),
                            ("--threads", "threads", 0), ("--sft-threads", "sft_threads", -1),
-                           ("--rl-threads", "rl_threads", -1)):
+                           ("--rl-threads", "rl_threads", -1), ("--eval-samples", "eval_samples", 1)):
         check_int(flag, getattr(cfg, name), min=lo)
     check_float("--rl-lr", cfg.rl_lr, gt=0.0, example=5e-4)
     check_float("--sft-minutes", cfg.sft_minutes, gt=0.0, allow_none=True)
@@ -191,10 +191,15 @@ def _cmd_quickstart(args: argparse.Namespace) -> int:
     if args.out:
         cfg.out = args.out
     for name in ("episodes", "sft_steps", "sft_minutes", "eval_episodes", "rl_steps", "rl_lr",
-                 "threads", "sft_threads", "rl_threads", "rl_jobs", "seed"):
+                 "threads", "sft_threads", "rl_threads", "rl_jobs", "seed", "teacher", "eval_samples"):
         value = getattr(args, name)
         if value is not None:
             setattr(cfg, name, value)
+    if args.greedy_eval:
+        if args.eval_samples not in (None, 1):
+            raise ConfigError("--greedy-eval plays one episode a room; drop --eval-samples "
+                              f"{args.eval_samples} (or drop --greedy-eval)")
+        cfg.eval_temperature, cfg.eval_samples = 0.0, 1
     if args.rl_algos is not None:
         algos = tuple(a.strip().lower() for a in args.rl_algos.split(",") if a.strip())
         bad = [a for a in algos if a not in PRESETS]
@@ -311,6 +316,15 @@ def build_parser() -> argparse.ArgumentParser:
                         "least 1: fixed, so a busy machine gives the same numbers, later)")
     p.add_argument("--seed", type=int, default=None,
                    help="seeds the expert rooms, the model init, batch order and the RL run (default: 0)")
+    p.add_argument("--teacher", choices=("greedy", "expert"), default=None,
+                   help="the demonstrator: greedy (default: a heuristic box-pusher with "
+                        "systematic mistakes, 53%% of the test rooms, so RL has room above it) or "
+                        "expert (the optimal solver)")
+    p.add_argument("--eval-samples", type=int, default=None,
+                   help="episodes a held-out room under the paper's validation sampling "
+                        "(temperature 0.6, top-p 0.95, top-k 20; default: 4)")
+    p.add_argument("--greedy-eval", action="store_true",
+                   help="evaluate greedily (one episode a room) instead of the paper's sampling")
     p.add_argument("--allow-short", action="store_true",
                    help="exit 0 even if a phase was cut short (the table still says so)")
     p.set_defaults(func=_cmd_quickstart)

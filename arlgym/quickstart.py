@@ -54,34 +54,44 @@ class CutShort(RuntimeError):
 @dataclass
 class QuickstartConfig:
     out: str = "runs/quickstart"
-    #: expert demonstrations (2,000 rooms → 6,547 step samples)
-    episodes: int = 2000
-    #: SFT passes over the demonstrations, used when ``sft_steps`` is 0 (3 epochs of 3,000
-    #: rooms = 927 steps reach ~92%: no headroom left for RL)
+    #: teacher episodes played (3,000 rooms: the greedy teacher wins ~1,600 of them, ~2,600
+    #: step samples; only won episodes are kept, so the SFT never sees its stuck loops)
+    episodes: int = 3000
+    #: SFT passes over the demonstrations, used when ``sft_steps`` is 0
     sft_epochs: int = 3
-    #: SFT optimizer steps (0: use sft_epochs). 250 on purpose: a weak start (13–45% greedy on
-    #: held-out rooms by seed, random moves 26–31%), so RL has headroom
-    sft_steps: int = 250
+    #: SFT optimizer steps (0: use sft_epochs): ~7 passes, until the imitation is about as good
+    #: as its teacher (49-61% of the held-out rooms by seed; the teacher 53%, random moves 28%)
+    sft_steps: int = 600
     #: optional guard (minutes): stop SFT when it is spent — the run is then marked cut short
     sft_minutes: float | None = None
     sft_lr: float = 1e-3
     sft_batch_size: int = 32
     #: held-out test rooms; the RL effect is a paired difference on them
     eval_episodes: int = 200
+    #: the eval protocol of the table, the arena's validation and its test evals: the paper's
+    #: validation sampling (ARLArena: temperature 0.6, top-p 0.95, top-k 20), ``eval_samples``
+    #: episodes a room (temperature 0: greedy, one episode a room)
+    eval_temperature: float = 0.6
+    eval_top_p: float = 0.95
+    eval_top_k: int = 20
+    eval_samples: int = 4
+    #: the demonstrator: ``greedy`` (a heuristic box-pusher with systematic mistakes, 53% of the
+    #: test rooms; imitating its won episodes leaves RL room above it) or ``expert`` (optimal)
+    teacher: str = "greedy"
     #: the arena's presets, run side by side from the SFT checkpoint with one budget
     rl_algos: tuple[str, ...] = ("grpo", "sampo")
-    #: optimizer steps of every run (the budget) — the CPU arena grid's recipe: 12 steps of
-    #: 8 rooms × 4 rollouts at lr 5e-4, ~4 PPO mini-batches of 64 turn samples a step (the
-    #: later ones off-policy, so the IS clipping designs differ), dynamic-sampling cold start 2
-    rl_steps: int = 12
-    rl_tasks: int = 8
-    rl_group_size: int = 4
-    rl_lr: float = 5e-4
-    rl_mini_batch_size: int = 64
+    #: optimizer steps of every run (the budget): 8 steps of 16 rooms × 8 rollouts (1,024
+    #: episodes a run), lr 2e-4, PPO mini-batches of 256 turn samples (the later ones
+    #: off-policy, so the IS clipping designs differ), dynamic-sampling cold start 2
+    rl_steps: int = 8
+    rl_tasks: int = 16
+    rl_group_size: int = 8
+    rl_lr: float = 2e-4
+    rl_mini_batch_size: int = 256
     rl_cold_start_steps: int = 2
     #: rollout temperature (Table 6: 1.0); log-probs are computed at the same temperature
     rl_temperature: float = 1.0
-    #: validation rooms (Sokoban ``val`` split) of the periodic greedy eval, every
+    #: validation rooms (Sokoban ``val`` split) of the periodic eval (the eval protocol), every
     #: ``rl_steps // 2`` steps; the best is kept and is what the table reports, so the
     #: held-out test rooms stay unseen by the choice
     rl_val_episodes: int = 40
@@ -102,13 +112,15 @@ class QuickstartConfig:
     rl_threads: int = -1
     #: accept a cut-short run (exit 0)
     allow_short: bool = False
+    #: a smoke run (``--fast``): the report says its numbers mean nothing
+    smoke: bool = False
 
     @classmethod
     def fast(cls, out: str = "runs/quickstart-fast") -> QuickstartConfig:
         """Tiny settings for CI: every stage runs, numbers mean nothing."""
-        return cls(out=out, episodes=64, sft_steps=20, eval_episodes=8, rl_steps=2,
+        return cls(out=out, episodes=64, sft_steps=20, eval_episodes=8, eval_samples=2, rl_steps=2,
                    rl_tasks=2, rl_group_size=2, rl_mini_batch_size=0, rl_cold_start_steps=1,
-                   rl_val_episodes=4, sft_threads=1, rl_threads=1)
+                   rl_val_episodes=4, sft_threads=1, rl_threads=1, smoke=True)
 
 
 def choose_threads(requested: int, cores: int | None = None, load: float | None = None) -> int:
@@ -150,18 +162,34 @@ def paired_difference(before: list[float], after: list[float]) -> dict[str, floa
 
 
 def _test_rooms_eval(policy_spec_or_obj: Any, episodes: int, out: Path, temperature: float,
-                     samples: int = 1, seed: int | None = None) -> tuple[dict[str, Any], list]:
+                     samples: int = 1, seed: int | None = None, top_p: float = 1.0,
+                     top_k: int = 0) -> tuple[dict[str, Any], list]:
     """Eval on the first ``episodes`` Sokoban test rooms, ``samples`` episodes a room:
     (overall summary, trajectories task by task in the eval list's order)."""
     from arlgym.evaluation.runner import evaluate
     from arlgym.policies import SamplingParams, make_policy
 
     policy = make_policy(policy_spec_or_obj) if isinstance(policy_spec_or_obj, str) else policy_spec_or_obj
+    sampling = SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k, max_new_tokens=24,
+                              seed=seed)
     summary, trajs = evaluate("arl/Sokoban-v0", policy, episodes=episodes, split="test", out=out,
-                              batch_size=64, samples_per_task=samples,
-                              sampling=SamplingParams(temperature=temperature, max_new_tokens=24, seed=seed),
+                              batch_size=64, samples_per_task=samples, sampling=sampling,
                               progress=True)
     return summary["overall"], trajs
+
+
+def protocol_eval(cfg: QuickstartConfig, policy_spec_or_obj: Any, out: Path
+                  ) -> tuple[dict[str, Any], dict[str, float]]:
+    """The table's eval: the first ``cfg.eval_episodes`` test rooms, ``cfg.eval_samples``
+    episodes a room under the eval protocol (by default the paper's validation sampling:
+    temperature 0.6, top-p 0.95, top-k 20), draws seeded by ``cfg.seed`` + 1234 — the seed the
+    trainer's own evals use, so the SFT and the RL runs play the same draws where they agree.
+    Returns (overall summary, success rate per room in the panel's order)."""
+    summary, trajs = _test_rooms_eval(policy_spec_or_obj, cfg.eval_episodes, out,
+                                      temperature=cfg.eval_temperature, samples=cfg.eval_samples,
+                                      seed=cfg.seed + 1234, top_p=cfg.eval_top_p,
+                                      top_k=cfg.eval_top_k)
+    return summary, _wins_by_room(trajs)
 
 
 def greedy_eval(policy_spec_or_obj: Any, episodes: int, out: Path) -> tuple[dict[str, Any], list[bool]]:
@@ -189,8 +217,12 @@ def sampled_eval(policy_spec_or_obj: Any, episodes: int, samples: int, out: Path
 
 
 def _wins_by_room(trajectories: Any) -> dict[str, float]:
-    """task id -> won (0/1) of a greedy eval's episodes, in the eval's (the panel's) order."""
-    return {t.task_id: float(t.won) for t in trajectories}
+    """task id -> success rate over the room's episodes (0/1 for a greedy eval), in the eval's
+    (the panel's) order."""
+    rooms: dict[str, list[float]] = {}
+    for t in trajectories:
+        rooms.setdefault(t.task_id, []).append(float(t.won))
+    return {k: sum(v) / len(v) for k, v in rooms.items()}
 
 
 def _paired_on(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
@@ -221,6 +253,8 @@ def arena_spec(cfg: QuickstartConfig, sft_dir: Path, out: Path):
         "eval_steps": max(1, cfg.rl_steps // 2), "eval_split": "val",
         "eval_episodes": cfg.rl_val_episodes, "save_best": True,
         "test_episodes": cfg.eval_episodes, "test_split": "test",
+        "eval_temperature": cfg.eval_temperature, "eval_samples": cfg.eval_samples,
+        "eval_top_p": cfg.eval_top_p, "eval_top_k": cfg.eval_top_k,
     }
     if cfg.rl_threads >= 0:
         base["torch_threads"] = cfg.rl_threads
@@ -245,8 +279,8 @@ def read_arena_run(run: Any) -> dict[str, Any]:
 
 
 def _plot(sft_log: list[dict], runs: dict[str, dict[str, Any]], sft_test: float | None, path: Path) -> None:
-    """SFT loss; per RL run its rollout success, its greedy validation evals, and (a star at
-    the step of the checkpoint the table reports) its greedy test success against the SFT's."""
+    """SFT loss; per RL run its rollout success, its validation evals, and (a star at the step
+    of the checkpoint the table reports) its test success against the SFT's (eval protocol)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -255,7 +289,7 @@ def _plot(sft_log: list[dict], runs: dict[str, dict[str, Any]], sft_test: float 
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.5))
     if sft_log:
         a.plot([h["step"] for h in sft_log], [h["loss"] for h in sft_log])
-    a.set(title="SFT (tiny model, expert demos)", xlabel="step", ylabel="loss")
+    a.set(title="SFT (tiny model, teacher demos)", xlabel="step", ylabel="loss")
     for i, (algo, run) in enumerate(runs.items()):
         color = f"C{i}"
         rows = [r for r in run["rows"] if M.SUCCESS_RATE in r]
@@ -264,13 +298,13 @@ def _plot(sft_log: list[dict], runs: dict[str, dict[str, Any]], sft_test: float 
         val = [r for r in run["rows"] if M.EVAL_SUCCESS in r]
         if val:
             b.plot([r["step"] for r in val], [r[M.EVAL_SUCCESS] for r in val], "o--",
-                   color=color, label=f"{algo.upper()} greedy, val rooms")
+                   color=color, label=f"{algo.upper()} eval, val rooms")
         b.plot([run["best_step"]], [run["summary"]["success_rate"]], "*", ms=12, color=color,
-               label=f"{algo.upper()} greedy, test rooms ({run['checkpoint']})")
+               label=f"{algo.upper()} eval, test rooms ({run['checkpoint']})")
         if run["collapse"]:
             b.axvline(run["collapse"]["step"], color=color, ls=":", lw=1)
     if sft_test is not None:
-        b.axhline(sft_test, color="grey", ls=":", lw=1, label="SFT start, greedy, test rooms")
+        b.axhline(sft_test, color="grey", ls=":", lw=1, label="SFT start, eval, test rooms")
     if runs:
         b.legend(fontsize=7)
     b.set(title="RL from the SFT checkpoint: success", xlabel="step", ylim=(0, 1.05))
@@ -306,18 +340,31 @@ def _effect_text(effect: dict[str, float]) -> str:
             f"({effect['gained']} rooms gained, {effect['lost']} lost): {_verdict(effect)}")
 
 
+def _protocol_text(cfg: QuickstartConfig) -> str:
+    if cfg.eval_temperature <= 0:
+        return "greedy, one episode a room"
+    return (f"{cfg.eval_samples} episodes a room at temperature {cfg.eval_temperature:g}, top-p "
+            f"{cfg.eval_top_p:g}, top-k {cfg.eval_top_k}: the paper's validation sampling")
+
+
 def _report_lines(cfg: QuickstartConfig, rows: dict[str, dict], effects: dict[str, dict],
                   versus: dict[str, Any] | None, runs: dict[str, dict[str, Any]],
                   short: list[str], timings: dict[str, float], sft_threads: int,
-                  rl_threads: int, resumed: list[str] | None = None) -> list[str]:
+                  rl_threads: int, resumed: list[str] | None = None,
+                  versus_teacher: dict[str, dict] | None = None) -> list[str]:
     """The table, the paired RL effects, each RL run and the timings, as printed and as
     written to ``report.md``."""
     what = f"{cfg.sft_steps} steps" if cfg.sft_steps > 0 else f"{cfg.sft_epochs} epochs"
     algos = " and ".join(a.upper() for a in cfg.rl_algos)
     width = max(10, *(len(name) for name in rows))  # SFT+CISPO_SM is longer than the default names
-    lines = [f"Sokoban 6x6/1 box, {cfg.eval_episodes} held-out rooms, greedy "
-             f"(SFT: {what} on {cfg.episodes} expert rooms; RL: {algos}, {cfg.rl_steps} steps of "
-             f"{cfg.rl_tasks} rooms x {cfg.rl_group_size} each, best of the validations kept):",
+    lines = [] if not cfg.smoke else [
+        f"--fast smoke run: every stage runs at toy size ({cfg.sft_steps} SFT steps are too few "
+        "to learn the response format, so most responses are malformed); the numbers mean "
+        "nothing"]
+    lines += [f"Sokoban 6x6/1 box, {cfg.eval_episodes} held-out rooms, {_protocol_text(cfg)}",
+             f"(SFT: {what} on the {cfg.teacher} teacher's won episodes of {cfg.episodes} rooms; "
+             f"RL: {algos}, {cfg.rl_steps} steps of {cfg.rl_tasks} rooms x {cfg.rl_group_size} "
+             f"each, best of the validations kept):",
              f"{'policy':{width}s} {'success':>8s} {'± se':>6s} {'format ok':>9s} {'steps':>6s}"]
     for name, r in rows.items():
         lines.append(f"{name:{width}s} {r['success_rate']:8.1%} {r['success_se']:6.1%} "
@@ -329,10 +376,17 @@ def _report_lines(cfg: QuickstartConfig, rows: dict[str, dict], effects: dict[st
     if versus is not None:
         lines.append(f"{versus['b'].upper()} vs {versus['a'].upper()} (same rooms): "
                      f"{_effect_text(versus['effect'])}")
+    for name, effect in (versus_teacher or {}).items():
+        label = name if name == "SFT" else f"SFT+{name.upper()}"
+        lines.append(f"{label} vs the teacher (same rooms): {_effect_text(effect)}")
     for algo, run in runs.items():
         ph = run["phase"]
-        alarm = ("healthy" if not run["collapse"] else
-                 f"COLLAPSED from step {run['collapse']['step']} ({run['collapse']['reason']})")
+        if run["collapse"]:
+            alarm = f"COLLAPSED from step {run['collapse']['step']} ({run['collapse']['reason']})"
+        elif ph["invalid_ratio"] >= 0.5:  # the alarm watches for a decline, not for a bad start
+            alarm = "no collapse (the run never had the format to lose)"
+        else:
+            alarm = "healthy"
         lines.append(f"{algo.upper()} run (T={cfg.rl_temperature}): {ph['responses']} responses, "
                      f"{ph['invalid_ratio']:.1%} malformed; rollout success "
                      f"{ph['first_success']:.0%} -> {ph['last_success']:.0%}; collapse alarm: {alarm}")
@@ -345,7 +399,8 @@ def _report_lines(cfg: QuickstartConfig, rows: dict[str, dict], effects: dict[st
 
 
 #: settings that do not change the numbers (threads, guards, where), left out of the recipe
-_NOT_RECIPE = ("out", "threads", "sft_threads", "rl_threads", "rl_jobs", "allow_short", "sft_minutes")
+_NOT_RECIPE = ("out", "threads", "sft_threads", "rl_threads", "rl_jobs", "allow_short", "sft_minutes",
+               "smoke")
 
 
 def _recipe(cfg: QuickstartConfig) -> dict[str, Any]:
@@ -413,9 +468,10 @@ def run_quickstart(cfg: QuickstartConfig) -> dict[str, Any]:
     timings: dict[str, float] = {}
     short: list[str] = []
 
-    print(f"[1/5] collecting {cfg.episodes} expert episodes")
+    print(f"[1/5] collecting {cfg.episodes} episodes of the {cfg.teacher} teacher (won ones kept)")
     data = out / "sft_data"
-    collect_sft(CollectConfig(episodes=cfg.episodes, seed=cfg.seed, batch_tasks=64), data)
+    collect_sft(CollectConfig(policy=cfg.teacher, episodes=cfg.episodes, seed=cfg.seed,
+                              batch_tasks=64), data)
     timings["collect_s"] = time.perf_counter() - t0
 
     what = f"{cfg.sft_steps} steps" if cfg.sft_steps > 0 else f"{cfg.sft_epochs} epochs"
@@ -431,7 +487,7 @@ def run_quickstart(cfg: QuickstartConfig) -> dict[str, Any]:
         print(f"[2/5] behaviour cloning the tiny model: {what}, {sft_threads} "
               f"thread(s){'' if cfg.sft_minutes is None else f', guard {cfg.sft_minutes} min'}")
         # what was measured on an earlier SFT of this folder no longer belongs to the new one
-        for stale in ("eval_sft", "eval_random"):
+        for stale in ("eval_sft", "eval_random", "eval_teacher"):
             for suffix in (".jsonl", ".summary.json", ".settings.json"):
                 (out / f"{stale}{suffix}").unlink(missing_ok=True)
         shutil.rmtree(out / "arena", ignore_errors=True)
@@ -450,16 +506,15 @@ def run_quickstart(cfg: QuickstartConfig) -> dict[str, Any]:
         short.append(f"SFT ran {sft_stats['steps']} of {sft_stats.get('planned_steps')} steps "
                      f"(--sft-minutes {cfg.sft_minutes})")
 
-    print(f"[3/5] evaluating random and SFT policies on {cfg.eval_episodes} held-out rooms")
+    print(f"[3/5] evaluating random moves, the teacher and the SFT policy on {cfg.eval_episodes} "
+          f"held-out rooms ({_protocol_text(cfg)})")
     t = time.perf_counter()
     from arlgym.policies import make_policy
 
     rows = {}
-    rows["random"], _ = greedy_eval(make_policy("random", seed=cfg.seed), cfg.eval_episodes,
-                                    out / "eval_random.jsonl")
-    rows["SFT"], sft_episodes = _test_rooms_eval(f"hf:{sft_dir}", cfg.eval_episodes,
-                                                 out / "eval_sft.jsonl", temperature=0.0)
-    sft_wins = _wins_by_room(sft_episodes)
+    rows["random"], _ = protocol_eval(cfg, make_policy("random", seed=cfg.seed), out / "eval_random.jsonl")
+    rows["teacher"], teacher_wins = protocol_eval(cfg, make_policy(cfg.teacher), out / "eval_teacher.jsonl")
+    rows["SFT"], sft_wins = protocol_eval(cfg, f"hf:{sft_dir}", out / "eval_sft.jsonl")
     timings["eval_s"] = time.perf_counter() - t
 
     rl_threads = cfg.rl_threads if cfg.rl_threads >= 0 else threads_per_run(cfg.rl_jobs)
@@ -481,6 +536,9 @@ def run_quickstart(cfg: QuickstartConfig) -> dict[str, Any]:
     print("[5/5] reading the runs' test evals (same rooms as the SFT eval) and writing the report")
     runs: dict[str, dict[str, Any]] = {}
     effects: dict[str, dict[str, float]] = {}
+    versus_teacher: dict[str, dict[str, float]] = {}
+    if cfg.eval_episodes >= 2:
+        versus_teacher["SFT"] = _paired_on(teacher_wins, sft_wins)
     finished = {r.algo: r for r in load_runs([spec.out])}
     for algo in cfg.rl_algos:
         run = read_arena_run(finished[algo])
@@ -489,6 +547,7 @@ def run_quickstart(cfg: QuickstartConfig) -> dict[str, Any]:
         rows[f"SFT+{algo.upper()}"] = run["summary"]
         if cfg.eval_episodes >= 2:
             effects[algo] = _paired_on(sft_wins, run["wins"])
+            versus_teacher[algo] = _paired_on(teacher_wins, run["wins"])
         if run["phase"]["steps"] < cfg.rl_steps and not run["collapse"]:
             short.append(f"{algo.upper()} ran {run['phase']['steps']} of {cfg.rl_steps} steps")
     versus = None
@@ -500,14 +559,14 @@ def run_quickstart(cfg: QuickstartConfig) -> dict[str, Any]:
 
     _plot(sft_stats["log"], runs, rows["SFT"]["success_rate"], out / "curves.png")
     report = _report_lines(cfg, rows, effects, versus, runs, short, timings, sft_threads, rl_threads,
-                           resumed)
+                           resumed, versus_teacher)
     print("\n" + "\n".join(report) + f"\ncurves: {out / 'curves.png'}; arena report: "
           f"{arena_report / 'index.html'}")
     (out / "report.md").write_text(
         "# arlgym quickstart\n\n```\n" + "\n".join(report) + "\n```\n\n![curves](curves.png)\n\n"
         "The arena's own report (every diagnostic's curves, the IS analysis, action flows): "
         "[arena/report/index.html](arena/report/index.html)\n")
-    result = {"rows": rows, "rl_effects": effects,
+    result = {"rows": rows, "rl_effects": effects, "versus_teacher": versus_teacher,
               "versus": None if versus is None else {"a": versus["a"], "b": versus["b"], **versus["effect"]},
               "runs": {a: {k: v for k, v in r.items() if k not in ("rows", "wins")} for a, r in runs.items()},
               "timings": timings, "cut_short": short, "resumed": resumed,

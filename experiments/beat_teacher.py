@@ -28,15 +28,34 @@ import time
 from pathlib import Path
 from typing import Any
 
+#: the paper's validation sampling (ARLArena: temperature 0.6, top-p 0.95, top-k 20)
+PAPER_EVAL = {"temperature": 0.6, "top_p": 0.95, "top_k": 20}
+EVAL: dict[str, Any] = {"mode": "greedy", "samples": 1, "env_kwargs": {}}
+
 
 def _eval(name: str, policy: Any, rooms: int, out: Path) -> list[float]:
-    from arlgym.quickstart import greedy_eval
+    from arlgym.evaluation.runner import evaluate
+    from arlgym.policies import SamplingParams, make_policy
 
-    path = out / f"eval_{name}.json"
+    tag = "" if EVAL["mode"] == "greedy" else f"-{EVAL['mode']}{EVAL['samples']}"
+    if EVAL["env_kwargs"]:
+        tag += "-" + "-".join(f"{k}{v}" for k, v in sorted(EVAL["env_kwargs"].items()))
+    path = out / f"eval_{name}{tag}.json"
     if path.exists():
         return json.loads(path.read_text())["wins"]
     t = time.process_time()
-    summary, wins = greedy_eval(policy, rooms, out / f"eval_{name}.jsonl")
+    sp = (SamplingParams(temperature=0.0, max_new_tokens=24) if EVAL["mode"] == "greedy" else
+          SamplingParams(max_new_tokens=24, seed=1234, **PAPER_EVAL))
+    pol = make_policy(policy) if isinstance(policy, str) else policy
+    summary, trajs = evaluate("arl/Sokoban-v0", pol, episodes=rooms, split="test",
+                              out=out / f"eval_{name}{tag}.jsonl", batch_size=64,
+                              samples_per_task=EVAL["samples"], sampling=sp, progress=True,
+                              env_kwargs=EVAL["env_kwargs"] or None)
+    summary = summary["overall"]
+    by_room: dict[str, list[float]] = {}
+    for tr in trajs:
+        by_room.setdefault(tr.task_id, []).append(float(tr.won))
+    wins = [sum(v) / len(v) for v in by_room.values()]
     record = {"success_rate": summary["success_rate"], "wins": [float(w) for w in wins],
               "format_valid_ratio": summary.get("format_valid_ratio"),
               "cpu_s": time.process_time() - t}
@@ -54,6 +73,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                          "collector's default, which drops the teacher's stuck loops)")
     ap.add_argument("--sft-steps", type=int, nargs="*", default=[600])
     ap.add_argument("--test", type=int, default=200, help="held-out rooms")
+    ap.add_argument("--teacher", default="greedy",
+                    help="demonstration policy: greedy (the heuristic teacher) or expert (optimal)")
+    ap.add_argument("--eval", dest="eval_mode", choices=("greedy", "paper"), default="greedy",
+                    help="greedy decoding, or the paper's validation sampling (T 0.6, top-p 0.95, "
+                         "top-k 20) with --eval-samples episodes a room")
+    ap.add_argument("--eval-samples", type=int, default=4)
+    ap.add_argument("--eval-env-kwargs", default="{}",
+                    help="JSON env kwargs of every eval (e.g. larger rooms than the demonstrations')")
     ap.add_argument("--rl-from", type=int, default=None, metavar="N", help="RL from sft<N>")
     ap.add_argument("--rl-name", default="rl")
     ap.add_argument("--rl-start", default=None, metavar="DIR",
@@ -69,17 +96,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from arlgym.sft.collect import CollectConfig, collect_sft
     from arlgym.sft.train import SFTRunConfig, train_sft
 
+    EVAL.update(mode=args.eval_mode, samples=1 if args.eval_mode == "greedy" else args.eval_samples,
+                env_kwargs=json.loads(args.eval_env_kwargs))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     result: dict[str, Any] = {}
-    teacher = _eval("teacher", make_policy("greedy"), args.test, out)
+    teacher = _eval("teacher", make_policy(args.teacher), args.test, out)
     random = _eval("random", make_policy("random", seed=args.seed), args.test, out)
     result["teacher"] = sum(teacher) / len(teacher)
     result["random"] = sum(random) / len(random)
     print(f"teacher {result['teacher']:.1%}  random {result['random']:.1%}", flush=True)
 
     data = out / f"data-s{args.seed}"
-    collect_sft(CollectConfig(policy="greedy", episodes=args.episodes, seed=args.seed,
+    collect_sft(CollectConfig(policy=args.teacher, episodes=args.episodes, seed=args.seed,
                               batch_tasks=64, min_score=0.0 if args.keep_all else None), data)
     for steps in args.sft_steps:
         sft_dir = out / f"sft{steps}-s{args.seed}"

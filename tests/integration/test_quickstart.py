@@ -25,9 +25,13 @@ def test_quickstart_fast(fast_quickstart):
     out, proc = fast_quickstart
     assert proc.returncode == 0, proc.stderr[-3000:]
     table = proc.stdout[proc.stdout.index("policy"):]
-    assert [line.split()[0] for line in table.splitlines()[1:5]] == ["random", "SFT", "SFT+GRPO", "SFT+SAMPO"]
+    assert [line.split()[0] for line in table.splitlines()[1:6]] == ["random", "teacher", "SFT",
+                                                                     "SFT+GRPO", "SFT+SAMPO"]
+    # a smoke run says so, and a run that never learned the format is not called healthy
+    assert "--fast smoke run" in proc.stdout and "collapse alarm: healthy" not in proc.stdout
     result = json.loads((out / "quickstart.json").read_text())
-    assert set(result["rows"]) == {"random", "SFT", "SFT+GRPO", "SFT+SAMPO"}
+    assert set(result["rows"]) == {"random", "teacher", "SFT", "SFT+GRPO", "SFT+SAMPO"}
+    assert set(result["versus_teacher"]) == {"SFT", "grpo", "sampo"}
     assert set(result["rl_effects"]) == {"grpo", "sampo"} and result["versus"]["b"] == "sampo"
     # the arena ran both presets from the SFT checkpoint, one budget, the same test rooms
     for algo in ("grpo", "sampo"):
@@ -36,6 +40,8 @@ def test_quickstart_fast(fast_quickstart):
         cfg = json.loads((run / "config.json").read_text())["config"]
         assert cfg["model"] == str((out / "sft").resolve()) and cfg["max_steps"] == 2
         assert cfg["test_episodes"] == 8 and cfg["eval_split"] == "val"
+        # the arena's evals use the table's protocol: the paper's sampling, 2 episodes a room
+        assert (cfg["eval_temperature"], cfg["eval_top_p"], cfg["eval_top_k"], cfg["eval_samples"]) == (0.6, 0.95, 20, 2)
         rooms = [json.loads(line)["task_id"] for line in (run / "eval" / "test-last.jsonl").read_text().splitlines()]
         sft_rooms = [json.loads(line)["task_id"] for line in (out / "eval_sft.jsonl").read_text().splitlines()]
         assert rooms == sft_rooms
