@@ -271,25 +271,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="PNG path (default: <episodes>.patterns.png)")
     p.set_defaults(func=_cmd_patterns)
 
-    p = sub.add_parser("quickstart", help="expert demos -> SFT -> eval -> GRPO vs SAMPO (arena) -> eval (Sokoban, tiny, CPU)",
-                       description="The whole pipeline offline on CPU: collect expert Sokoban "
-                                   "demonstrations, behaviour-clone the tiny model briefly (a weak "
-                                   "start on purpose, so RL has headroom), evaluate, then a small "
-                                   "arena from the SFT checkpoint: GRPO and SAMPO side by side "
-                                   "with one budget (`arlgym arena run`), each run's best-on-"
-                                   "validation policy evaluated on the same held-out rooms. Prints "
-                                   "a random / SFT / SFT+GRPO / SFT+SAMPO table with every RL "
-                                   "effect as a paired difference, SAMPO against GRPO and the "
-                                   "collapse alarm's verdicts; saves curves.png, report.md and the "
-                                   "arena report. ~6.5 min on 2 idle cores; a rerun with the same "
-                                   "--out resumes the RL runs.")
+    p = sub.add_parser("quickstart", help="teacher demos -> SFT -> eval -> GRPO vs SAMPO (arena) -> eval (Sokoban, tiny, CPU)",
+                       description="The whole pipeline offline on CPU: collect the won episodes "
+                                   "of a greedy Sokoban teacher (a heuristic with systematic "
+                                   "mistakes), behaviour-clone the tiny model on them, evaluate, "
+                                   "then a small arena from the SFT checkpoint: GRPO and SAMPO "
+                                   "side by side with one budget (`arlgym arena run`), each run's "
+                                   "best-on-validation policy evaluated on the same held-out rooms "
+                                   "with the paper's validation sampling. Prints a random / "
+                                   "teacher / SFT / SFT+GRPO / SFT+SAMPO table with every effect "
+                                   "as a paired difference (vs the SFT, vs the teacher, SAMPO vs "
+                                   "GRPO) and the collapse alarm's verdicts; saves curves.png, "
+                                   "report.md and the arena report. A rerun with the same --out "
+                                   "resumes the RL runs.")
     p.add_argument("--fast", action="store_true", help="tiny settings (CI smoke run, ~1 min)")
     p.add_argument("--out", default=None, help="output folder (default: runs/quickstart)")
-    p.add_argument("--episodes", type=int, default=None, help="expert episodes (default: 2000)")
+    p.add_argument("--episodes", type=int, default=None,
+                   help="teacher episodes played; the won ones are the demonstrations (default: 3000)")
     p.add_argument("--sft-steps", type=int, default=None,
-                   help="SFT optimizer steps (default: 250, a weak start: 13-45%% greedy success by seed; 0 = "
-                        "3 epochs of the demonstrations, which with --episodes 3000 (927 steps) "
-                        "reach ~92%% and leave RL nothing to gain)")
+                   help="SFT optimizer steps (default: 600, ~7 passes: about as good as the "
+                        "teacher; 0 = 3 epochs of the demonstrations)")
     p.add_argument("--sft-minutes", type=float, default=None,
                    help="optional guard: stop SFT after this many minutes; the run is then marked "
                         "cut short and exits 3 unless --allow-short (default: none)")
@@ -300,8 +301,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "last is compared with the first on the same rooms (default: grpo,sampo; "
                         "see `arlgym train --help` for the presets)")
     p.add_argument("--rl-steps", type=int, default=None,
-                   help="optimizer steps of every RL run, 8 rooms x 4 rollouts each (default: 12)")
-    p.add_argument("--rl-lr", type=float, default=None, help="RL learning rate (default: 5e-4)")
+                   help="optimizer steps of every RL run, 16 rooms x 8 rollouts each (default: 8)")
+    p.add_argument("--rl-lr", type=float, default=None, help="RL learning rate (default: 2e-4)")
     p.add_argument("--rl-jobs", type=int, default=None,
                    help="RL runs at once (default: 2; each gets cores / jobs torch threads)")
     p.add_argument("--threads", type=int, default=None,
@@ -315,7 +316,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="torch CPU threads of each RL run (default: -1 = cores / --rl-jobs, at "
                         "least 1: fixed, so a busy machine gives the same numbers, later)")
     p.add_argument("--seed", type=int, default=None,
-                   help="seeds the expert rooms, the model init, batch order and the RL run (default: 0)")
+                   help="seeds the teacher's rooms, the model init, batch order, the RL run and "
+                        "the eval's draws (default: 0)")
     p.add_argument("--teacher", choices=("greedy", "expert"), default=None,
                    help="the demonstrator: greedy (default: a heuristic box-pusher with "
                         "systematic mistakes, 53%% of the test rooms, so RL has room above it) or "

@@ -1,24 +1,23 @@
 """``arlgym quickstart``: the whole pipeline on Sokoban with the tiny model, offline, on CPU.
 
-expert demonstrations → a *short* behaviour cloning (SFT) → eval → a small arena from the SFT
+the greedy teacher's won episodes → behaviour cloning (SFT) → eval → a small arena from the SFT
 checkpoint (GRPO and SAMPO side by side, the same budget, through ``arlgym arena run``) → each
-run's best-on-validation policy evaluated on the same held-out rooms; prints a random / SFT /
-SFT+GRPO / SFT+SAMPO table with every RL effect as a paired difference (same rooms) and its
+run's best-on-validation policy evaluated on the same held-out rooms; prints a random / teacher /
+SFT / SFT+GRPO / SFT+SAMPO table with every effect as a paired difference (same rooms) and its
 standard error, SAMPO against GRPO, the collapse alarm's verdicts, and saves the curves and the
 arena report.
 
-Why a comparison and not one RL run (measured; README "Set-up", docs/quickstart_one_run.md):
-at this scale one short RL run's greedy effect depends on the start more than on the recipe
-(SAMPO +6.5 and +9.5 points from two 13–14% starts, −6.5 to −7.5 from 32–45% starts); what the
-seeds agree on, on average, is the *design* — SAMPO − GRPO on the same rooms was +5.8 ± 2.4
-points over six seeds, as SAMPO was the best cell of the CPU arena's 9 × 3 grid and GRPO the
-weakest stable one. The quickstart is that grid's GRPO and SAMPO columns for one seed, with the grid's recipe (12
-steps of 8 rooms × 4 rollouts, lr 5e-4, ~4 PPO mini-batches a step, validation every 6 steps,
-best kept).
+Why a teacher and not the optimal expert (measured, docs/main_job.md): a short imitation of a
+perfect expert was a start weak for no reason RL can fix (13–45% by seed, often below random
+moves), and a full one (~92%) leaves RL nothing to do. The greedy teacher
+(:mod:`arlgym.envs.sokoban.teacher`) wins 53% of the held-out rooms; imitating its won episodes
+gives an agent well above random moves (28%) that is about as good as its teacher — the design
+in which RL is asked to go where the demonstrations do not.
 
-The SFT phase is short on purpose (250 steps: 13–45% greedy success depending on the seed,
-13–14% on seeds 0 and 1, below random moves): it leaves RL headroom. Long SFT reaches ~92% by itself (``--sft-steps 0 --episodes 3000``: 3
-epochs, 927 steps), and then a few RL steps have nothing left to gain.
+Why the paper's validation sampling (temperature 0.6, top-p 0.95, top-k 20, 4 episodes a room)
+and not greedy decoding: it is how ARLArena evaluates, a greedy policy fails by looping where a
+sampled one does not, and a success rate per room (4 episodes) is a finer paired outcome than
+one greedy win or loss (seed 1's SFT-to-RL effect: ± 1.1 points paired SE, greedily ± 1.4).
 
 Every phase runs a fixed number of steps (with a progress bar and ETA), never a time budget, so
 a busy machine gives the same numbers later: the two RL runs each use one torch thread (the
