@@ -6,6 +6,14 @@
    are opened and reset.
 3. Saturation throughput: ``--clients`` closed-loop WebSocket sessions stepping Sokoban as fast
    as the server answers (steps/s), then the latency (p50/p99) at half that load, paced.
+5. CPU per Sokoban step (``--parts cpu``): the server process's CPU time (user + system, from
+   ``/proc``) and the load generator's (``time.process_time``) per step under closed-loop
+   load, on two servers started side by side, one stepping Sokoban on its event loop (the
+   default) and one with ``--no-inline-steps`` (every step on a pool thread, the earlier path),
+   in alternating rounds; and the CPU of the same steps and resets in process. CPU time per
+   step is robust to other jobs on the machine where a wall-clock rate is not, so the
+   figure of two quiet cores is computed from it: the smaller of 1 core / server CPU per step
+   (the server's Python holds one core at a time) and 2 cores / (server + client CPU per step).
 4. ALFWorld rollouts of the expert policy through the rollout collector: a remote vector env on
    two servers (``--vec-workers`` env processes each) vs local worker processes (twice
    ``--vec-workers``, so both sides step the same number of env processes); both collectors
@@ -19,6 +27,7 @@ figure: the throughput is a lower bound of the server's.
     python bench/bench_serve.py                      # all parts
     python bench/bench_serve.py --sessions 200 --seconds 3   # quicker
     python bench/bench_serve.py --parts vector       # only part 4
+    python bench/bench_serve.py --parts cpu          # only part 5
 """
 
 from __future__ import annotations
@@ -39,6 +48,7 @@ import gymnasium as gym
 
 import arlgym  # noqa: F401
 from arlgym.serve.client import RemoteEnv
+from arlgym.serve.codec import dumps, loads
 
 ROOT = Path(__file__).resolve().parents[1]
 MOVES = ["up", "down", "left", "right"]
@@ -48,10 +58,10 @@ def response(rng: random.Random) -> str:
     return f"<think>t</think><action>{rng.choice(MOVES)}</action>"
 
 
-def start_server(envs: list[str], max_sessions: int,
-                 workers: int = 1) -> tuple[subprocess.Popen, str]:
+def start_server(envs: list[str], max_sessions: int, workers: int = 1,
+                 extra: tuple[str, ...] = ()) -> tuple[subprocess.Popen, str]:
     cmd = [sys.executable, "-m", "arlgym.cli", "serve", "--port", "0", "--workers", str(workers),
-           "--max-sessions", str(max_sessions)]
+           "--max-sessions", str(max_sessions), *extra]
     for env_id in envs:
         cmd += ["--env", env_id]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
@@ -71,6 +81,13 @@ def rss_mib(pid: int) -> float:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) / 1024
     return float("nan")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` (all its threads) so far."""
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -115,8 +132,8 @@ async def _open(url: str, n: int) -> list:
     socks = []
     for i in range(n):
         ws = await connect(ws_url, max_size=None)
-        await ws.send(json.dumps({"type": "reset", "data": {"seed": i}}))
-        json.loads(await ws.recv())
+        await ws.send(dumps({"type": "reset", "data": {"seed": i}}))
+        loads(await ws.recv())
         socks.append(ws)
     return socks
 
@@ -131,29 +148,83 @@ async def _client(ws, rng: random.Random, stop: float, lat: list[float],
             if delay > 0:
                 await asyncio.sleep(delay)
         t0 = time.perf_counter()
-        await ws.send(json.dumps({"type": "step", "data": {"response": response(rng)}}))
-        reply = json.loads(await ws.recv())
+        await ws.send(dumps({"type": "step", "data": {"response": response(rng)}}))
+        reply = loads(await ws.recv())
         lat.append(time.perf_counter() - t0)
         n += 1
         if reply["type"] == "error" or reply["data"]["done"]:
-            await ws.send(json.dumps({"type": "reset", "data": {"seed": rng.randrange(10**6)}}))
+            await ws.send(dumps({"type": "reset", "data": {"seed": rng.randrange(10**6)}}))
             await ws.recv()
     return n
 
 
-async def load(url: str, clients: int, seconds: float, rate: float | None) -> dict[str, float]:
+async def load(url: str, clients: int, seconds: float, rate: float | None,
+               pid: int | None = None) -> dict[str, float]:
+    """Closed-loop (``rate`` None) or paced load; with the server's ``pid``, also the server's
+    and this client's CPU microseconds per step (episode resets included)."""
     socks = await _open(url, clients)
     lat: list[float] = []
     stop = time.perf_counter() + seconds
     period = None if rate is None else clients / rate
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
+    s0 = cpu_seconds(pid) if pid is not None else 0.0
     counts = await asyncio.gather(*(_client(ws, random.Random(i), stop, lat, period)
                                     for i, ws in enumerate(socks)))
-    wall = time.perf_counter() - t0
+    wall, steps = time.perf_counter() - t0, sum(counts)
+    out = {"steps_per_s": steps / wall, "p50_ms": pct(lat, 0.5) * 1e3,
+           "p99_ms": pct(lat, 0.99) * 1e3, "clients": clients,
+           "client_cpu_us_per_step": (time.process_time() - c0) * 1e6 / steps}
+    if pid is not None:
+        out["server_cpu_us_per_step"] = (cpu_seconds(pid) - s0) * 1e6 / steps
     for ws in socks:
         await ws.close()
-    return {"steps_per_s": sum(counts) / wall, "p50_ms": pct(lat, 0.5) * 1e3,
-            "p99_ms": pct(lat, 0.99) * 1e3, "clients": clients}
+    return out
+
+
+def in_process_cpu(clients: int, steps: int) -> float:
+    """CPU microseconds per Sokoban step in this process for the load generator's workload:
+    ``clients`` envs stepped with the same random moves, reset when an episode ends."""
+    envs = [gym.make("arl/Sokoban-v0") for _ in range(clients)]
+    rngs = [random.Random(i) for i in range(clients)]
+    for i, env in enumerate(envs):
+        env.reset(seed=i)
+    n, c0 = 0, time.process_time()
+    while n < steps:
+        for env, rng in zip(envs, rngs, strict=True):
+            *_, term, trunc, _ = env.step(response(rng))
+            n += 1
+            if term or trunc:
+                env.reset(seed=rng.randrange(10**6))
+    return (time.process_time() - c0) * 1e6 / n
+
+
+def cpu_per_step(clients: int, seconds: float, rounds: int) -> dict[str, object]:
+    """Part 5: server and client CPU per Sokoban step, event-loop steps vs pool-thread steps."""
+    env_id = "arl/Sokoban-v0"
+    servers = {"event loop": start_server([env_id], clients + 8),
+               "thread pool": start_server([env_id], clients + 8,
+                                           extra=("--no-inline-steps",))}
+    runs: dict[str, list[dict[str, float]]] = {k: [] for k in servers}
+    try:
+        for _ in range(rounds):  # alternate, so both see the same machine load
+            for name, (proc, url) in servers.items():
+                runs[name].append(asyncio.run(load(url, clients, seconds, None, proc.pid)))
+    finally:
+        for proc, _ in servers.values():
+            proc.kill()
+            proc.wait(timeout=10)
+    out: dict[str, object] = {"clients": clients, "rounds": rounds, "seconds": seconds}
+    for name, rs in runs.items():
+        med = {k: statistics.median(r[k] for r in rs) for k in
+               ("server_cpu_us_per_step", "client_cpu_us_per_step", "steps_per_s")}
+        # the server's Python runs on one core at a time (the GIL), so it is bounded by one
+        # core as well as by both cores' sum
+        med["computed_2_cores_steps_per_s"] = min(
+            1e6 / med["server_cpu_us_per_step"],
+            2e6 / (med["server_cpu_us_per_step"] + med["client_cpu_us_per_step"]))
+        out[name] = {**med, "runs": rs}
+    out["in_process_cpu_us_per_step"] = in_process_cpu(clients, 4000)
+    return out
 
 
 async def hold_sessions(url: str, pid: int, n: int) -> dict[str, float]:
@@ -227,9 +298,12 @@ def main() -> None:
     ap.add_argument("--vec-batches", type=int, default=3, help="part 4: timed batches per side")
     ap.add_argument("--vec-workers", type=int, default=1,
                     help="part 4: env processes per server (the local side gets twice this)")
-    ap.add_argument("--parts", nargs="+", default=["server", "vector"],
-                    choices=["server", "vector"],
-                    help="server: parts 1-3 (one server); vector: part 4 (default: both)")
+    ap.add_argument("--cpu-rounds", type=int, default=3,
+                    help="part 5: alternating load rounds per server (median reported)")
+    ap.add_argument("--parts", nargs="+", default=["server", "vector", "cpu"],
+                    choices=["server", "vector", "cpu"],
+                    help="server: parts 1-3 (one server); vector: part 4; cpu: part 5 "
+                         "(default: all)")
     ap.add_argument("--out", type=Path, default=None, help="write the figures as JSON here")
     args = ap.parse_args()
     out: dict[str, object] = {"cpus": os.cpu_count(), "load_avg_at_start": os.getloadavg()}
@@ -245,6 +319,18 @@ def main() -> None:
         print(f"two servers / local processes ({vec['env_processes_per_side']} env processes "
               f"each side, {vec['envs']} envs): {vec['remote_over_local']:.2f}x steps/s; "
               f"trajectories equal: {vec['trajectories_equal']}", flush=True)
+    if "cpu" in args.parts:
+        cpu = cpu_per_step(args.clients, args.seconds, args.cpu_rounds)
+        out["cpu"] = cpu
+        for name in ("event loop", "thread pool"):
+            r = cpu[name]
+            print(f"Sokoban steps on the server's {name:11s}: server {r['server_cpu_us_per_step']:.0f}"
+                  f" + client {r['client_cpu_us_per_step']:.0f} CPU-us/step (median of "
+                  f"{cpu['rounds']} rounds, {cpu['clients']} closed-loop clients; measured "
+                  f"{r['steps_per_s']:.0f} steps/s here); computed for 2 quiet cores: "
+                  f"{r['computed_2_cores_steps_per_s']:.0f} steps/s", flush=True)
+        print(f"the same steps and resets in process: {cpu['in_process_cpu_us_per_step']:.0f} "
+              "CPU-us/step", flush=True)
     out["load_avg_at_end"] = os.getloadavg()
     print(f"machine: {out['cpus']} CPUs, load average {out['load_avg_at_start'][0]:.2f} at start, "
           f"{out['load_avg_at_end'][0]:.2f} at end (server and clients share it)")
@@ -267,10 +353,12 @@ def server_parts(args: argparse.Namespace, out: dict[str, object]) -> None:
         print(f"{mem['sessions']} open Sokoban sessions: server RSS {mem['rss_before_mib']:.0f} "
               f"-> {mem['rss_after_mib']:.0f} MiB ({mem['kib_per_session']:.1f} KiB/session)",
               flush=True)
-        sat = asyncio.run(load(url, args.clients, args.seconds, None))
+        sat = asyncio.run(load(url, args.clients, args.seconds, None, proc.pid))
         out["saturation"] = sat
         print(f"saturation, {sat['clients']} closed-loop clients: {sat['steps_per_s']:.0f} "
-              f"steps/s (p50 {sat['p50_ms']:.2f} ms, p99 {sat['p99_ms']:.2f} ms)", flush=True)
+              f"steps/s (p50 {sat['p50_ms']:.2f} ms, p99 {sat['p99_ms']:.2f} ms; server "
+              f"{sat['server_cpu_us_per_step']:.0f}, client {sat['client_cpu_us_per_step']:.0f} "
+              "CPU-us/step)", flush=True)
         half = asyncio.run(load(url, args.clients, args.seconds, sat["steps_per_s"] / 2))
         out["half_load"] = half
         print(f"half load, paced at {sat['steps_per_s'] / 2:.0f} steps/s: served "

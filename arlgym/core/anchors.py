@@ -51,10 +51,15 @@ def _encode(obj: Any, out: hashlib._Hash) -> None:  # type: ignore[name-defined]
             out.update(key_digest)
             _encode(value, out)
     elif isinstance(obj, (set, frozenset)):
-        digests = sorted(_digest(v) for v in obj)
-        out.update(b"S" + struct.pack("<I", len(digests)))
-        for d in digests:
-            out.update(d)
+        if type(obj) is frozenset and all(type(v) is int for v in obj):
+            body = _INT_SET_BODIES.get(obj)
+            if body is None:
+                if len(_INT_SET_BODIES) >= _INT_SET_CACHE_MAX:
+                    _INT_SET_BODIES.clear()
+                body = _INT_SET_BODIES[obj] = _set_body(obj)
+            out.update(body)
+        else:
+            out.update(_set_body(obj))
     elif isinstance(obj, (list, tuple)):
         out.update(b"l" + struct.pack("<I", len(obj)))
         for v in obj:
@@ -64,6 +69,19 @@ def _encode(obj: Any, out: hashlib._Hash) -> None:  # type: ignore[name-defined]
             f"anchor_hash cannot encode {type(obj).__name__}; convert the state to "
             "None/bool/int/float/str/bytes/ndarray or dicts, lists, tuples and sets of them"
         )
+
+
+#: the encodings of frozensets of plain ints (Sokoban's walls and targets, hashed again at every
+#: step of an episode: half the step's time before). Plain ints equal as keys have equal
+#: encodings, so the cache cannot mix up values (a set holding a bool or a float never enters)
+_INT_SET_BODIES: dict[frozenset, bytes] = {}
+_INT_SET_CACHE_MAX = 4096
+
+
+def _set_body(obj: set | frozenset) -> bytes:
+    """A set's encoding: its size, then its members' digests in sorted order."""
+    digests = sorted(_digest(v) for v in obj)
+    return b"S" + struct.pack("<I", len(digests)) + b"".join(digests)
 
 
 def _digest(obj: Any) -> bytes:

@@ -140,6 +140,10 @@ class AgentEnv(gym.Env[Any, str]):
     metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"], "render_fps": 4}
     #: Whether several instances may be stepped from threads of one process.
     thread_safe: ClassVar[bool] = True
+    #: Whether a step costs well under a millisecond of CPU, so that ``arlgym serve`` runs it
+    #: on its event loop rather than handing it to a thread (a hop that costs more than such a
+    #: step); a slow step there would delay every other session's messages.
+    cheap_step: ClassVar[bool] = False
     #: Default for ``max_steps``; subclasses set their paper value.
     default_max_steps: ClassVar[int] = 50
     #: Feedback of a turn from which no action could be extracted.

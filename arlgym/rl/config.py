@@ -73,8 +73,9 @@ class TrainConfig:
     # ---------------------------------------------------------------- rollout
     rollout_engine: str = _f("auto", "hf (model.generate; CPU) | vllm (colocated; GPU) | auto.")
     env_servers: str = _f("", "Comma-separated env server URLs (`arlgym serve`, docs/serving.md): "
-                              "the rollout envs run there, group g on server g mod n, instead of "
-                              "in this process. Empty: local envs. A token, if the servers need "
+                              "the rollout envs (group g on server g mod n) and the periodic and "
+                              "final evals' episodes run there, instead of in this process. "
+                              "Empty: local envs. A token, if the servers need "
                               "one, comes from $ARLGYM_SERVE_TOKEN (never written to config.json).")
     vllm_gpu_memory_utilization: float = _f(0.3, "Fraction of GPU memory each colocated vLLM "
                                                   "engine may take (the rest is for training).")

@@ -715,7 +715,8 @@ class Trainer:
             summary, _ = evaluate(self.cfg.env_id, policy, episodes=self.cfg.eval_episodes,
                                   split=self.cfg.eval_split, batch_size=64, env_kwargs=self.cfg.env_kwargs,
                                   sampling=self.eval_sampling(),
-                                  samples_per_task=self.cfg.eval_samples, progress=False)
+                                  samples_per_task=self.cfg.eval_samples, progress=False,
+                                  **env_server_kwargs(self.cfg.env_servers))
         finally:
             model.train()
         o = summary["overall"]
@@ -834,7 +835,8 @@ class Trainer:
                 summary, _ = evaluate(
                     cfg.env_id, policy, episodes=cfg.test_episodes, split=cfg.test_split, out=path,
                     batch_size=64, env_kwargs=cfg.env_kwargs, progress=False,
-                    sampling=self.eval_sampling(), samples_per_task=cfg.eval_samples)
+                    sampling=self.eval_sampling(), samples_per_task=cfg.eval_samples,
+                    **env_server_kwargs(cfg.env_servers))
                 summary.update({"checkpoint": name, "panel": panel, "panel_hash": panel["hash"],
                                 "train_step": self.step})
                 if name == "best":

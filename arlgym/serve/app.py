@@ -3,7 +3,8 @@
 Routes (OpenEnv's, so its ``GenericEnvClient`` works unchanged, plus ``/envs`` and ``/close``):
 
 ==================  =========================================================================
-``GET /health``     ``{"status": "healthy", "sessions": n, "max_sessions": m}``
+``GET /health``     ``{"status": "healthy", "sessions": n, "max_sessions": m, "resets": r,
+                    "steps": s}`` (r, s: resets and steps served since the server started)
 ``GET /metadata``   OpenEnv's ``EnvironmentMetadata`` (name, description, version)
 ``GET /schema``     JSON schemas of the action, observation and state
 ``GET /envs``       the hosted env ids with their server-side kwargs (clients check them)
@@ -38,7 +39,6 @@ import asyncio
 import base64
 import binascii
 import hmac
-import json
 import logging
 import secrets
 import time
@@ -50,6 +50,7 @@ from urllib.parse import parse_qs
 
 from arlgym.core.validation import did_you_mean
 from arlgym.errors import ArlgymError, ConfigError, ResetNeeded, TaskNotFound
+from arlgym.serve.codec import JSONDecodeError, dumps, loads
 from arlgym.serve.hosts import SCRIPTED_METHODS, EnvRaised, HostFailure
 
 __all__ = ["ServeApp", "ServeConfig", "RESET_KEYS"]
@@ -78,6 +79,9 @@ class ServeConfig:
     max_sessions: int = 1024
     ttl: float = 600.0
     max_body: int = 1 << 20
+    #: env ids whose steps run on the event loop itself (cheap, thread-safe steps): no thread
+    #: hop per step (see :attr:`arlgym.core.env.AgentEnv.cheap_step`)
+    inline_steps: frozenset[str] = frozenset()
 
 
 @dataclass(eq=False)
@@ -104,6 +108,7 @@ class ServeApp:
         self.default_env = next(iter(config.envs))
         self.sessions: dict[str, Session] = {}
         self.expired = 0
+        self.resets = self.steps = 0  # served since start (GET /health): is the server used?
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="arlgym-serve")
         self._reaper: asyncio.Task | None = None
 
@@ -184,7 +189,7 @@ class ServeApp:
             logger.exception("internal error on %s %s", method, path)
             status, body = 500, {"detail": "internal server error (see the server's log)",
                                  "code": "INTERNAL_ERROR"}
-        payload = json.dumps(body).encode()
+        payload = dumps(body).encode()
         await send({"type": "http.response.start", "status": status,
                     "headers": [(b"content-type", b"application/json"),
                                 (b"content-length", str(len(payload)).encode())]})
@@ -241,7 +246,8 @@ class ServeApp:
     async def _get(self, path: str, query: dict[str, list[str]]) -> dict[str, Any]:
         if path == "/health":
             return {"status": "healthy", "sessions": len(self.sessions),
-                    "max_sessions": self.config.max_sessions}
+                    "max_sessions": self.config.max_sessions, "resets": self.resets,
+                    "steps": self.steps}
         if path == "/metadata":
             import arlgym
 
@@ -328,7 +334,7 @@ class ServeApp:
                         "code": "INTERNAL_ERROR"}}
                 if reply is None:  # "close"
                     break
-                await send({"type": "websocket.send", "text": json.dumps(reply)})
+                await send({"type": "websocket.send", "text": dumps(reply)})
         finally:
             if session.sid in self.sessions:
                 async with session.lock:
@@ -339,7 +345,7 @@ class ServeApp:
             pass
 
     async def _ws_message(self, session: Session, text: str) -> dict[str, Any] | None:
-        message = _parse_object(text.encode("utf-8", "replace"))
+        message = _parse_object(text)
         kind = message.get("type")
         if kind == "close":
             return None
@@ -393,6 +399,7 @@ class ServeApp:
             session.episode_id = episode_id or _new_id()[:16]
             session.steps, session.done = 0, False
             session.used = time.monotonic()
+            self.resets += 1
         result["observation"]["session_id"] = session.sid
         result["observation"]["env"] = env_id
         return result
@@ -416,8 +423,10 @@ class ServeApp:
                 raise RequestError(409, "SESSION_ERROR", "the episode has ended (done=true); "
                                    "send reset to start the next one")
             session.used = time.monotonic()
-            result = await self._call(self.hosts[session.env_id], "step", session.sid, text)
+            result = await self._call(self.hosts[session.env_id], "step", session.sid, text,
+                                      inline=session.env_id in self.config.inline_steps)
             session.steps += 1
+            self.steps += 1
             session.done = bool(result["done"])
             session.used = time.monotonic()
         result["observation"]["session_id"] = session.sid
@@ -471,9 +480,15 @@ class ServeApp:
                                "most 255 characters")
         return env_id, seed, options or None, episode_id
 
-    async def _call(self, host: Any, cmd: str, sid: str, payload: Any = None) -> Any:
-        loop = asyncio.get_running_loop()
+    async def _call(self, host: Any, cmd: str, sid: str, payload: Any = None,
+                    inline: bool = False) -> Any:
+        """``host.call(cmd, sid, payload)`` on the thread pool, or here on the event loop when
+        ``inline`` (a cheap step: the hop to a thread and back, and the GIL hand-offs it
+        causes, cost the server more CPU than the step itself)."""
         try:
+            if inline:
+                return host.call(cmd, sid, payload)
+            loop = asyncio.get_running_loop()
             return await loop.run_in_executor(self._pool, host.call, cmd, sid, payload)
         except EnvRaised as e:
             if isinstance(e.error, (ConfigError, TaskNotFound)):
@@ -531,10 +546,10 @@ def _new_id() -> str:
     return secrets.token_urlsafe(24)  # 192 random bits
 
 
-def _parse_object(raw: bytes) -> dict[str, Any]:
+def _parse_object(raw: bytes | str) -> dict[str, Any]:
     try:
-        data = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        data = loads(raw)
+    except (JSONDecodeError, UnicodeDecodeError) as e:
         raise RequestError(400, "INVALID_JSON", f"malformed JSON: {e}") from None
     if not isinstance(data, dict):
         raise RequestError(400, "INVALID_JSON", f"expected a JSON object, got "

@@ -71,7 +71,8 @@ def _serve(args: argparse.Namespace) -> int:
     server = EnvServer(parse_env_kwargs(args.env, args.env_kwarg), host=args.host,
                        port=args.port, token=token, insecure=args.insecure,
                        max_sessions=args.max_sessions, ttl=args.ttl, max_body=args.max_body,
-                       workers=args.workers, threads=args.threads, timeout=args.timeout)
+                       workers=args.workers, threads=args.threads, timeout=args.timeout,
+                       inline_steps=not args.no_inline_steps)
     guard = "token required" if token else (
         "loopback only" if is_loopback(args.host) else "NO token (--insecure)")
     print(f"arlgym serve: {', '.join(args.env)} on {server.url} ({guard}; at most "
@@ -118,5 +119,9 @@ def add_subparser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentPa
                    help="threads stepping the thread-safe envs (default: 8)")
     p.add_argument("--timeout", type=float, default=300.0,
                    help="seconds a worker process may take for one request (default: 300)")
+    p.add_argument("--no-inline-steps", action="store_true",
+                   help="run every step on the thread pool, also those of envs with cheap "
+                        "steps (Sokoban), which otherwise run on the event loop (slower; for "
+                        "comparison)")
     p.set_defaults(func=_serve)
     return p

@@ -25,7 +25,7 @@ import gymnasium as gym
 from arlgym.core.spaces import AnyText
 from arlgym.core.vector import GroupVecEnv
 from arlgym.errors import ConfigError, MissingDependency, ResetNeeded, WorkerError
-from arlgym.serve.codec import decode_result, jsonable
+from arlgym.serve.codec import decode_result, dumps, jsonable, loads
 
 __all__ = ["RemoteEnv", "RemoteEnvError", "RemoteGroupVecEnv", "make_remote_group_vec",
            "server_envs", "server_tasks"]
@@ -186,7 +186,7 @@ class RemoteEnv(gym.Env):
             raise RemoteEnvError(f"env server {self.url} closed the connection during {what!r} "
                                  f"({type(e).__name__}: {e}); the episode is lost",
                                  server=self.url, cause=type(e).__name__) from None
-        message = json.loads(raw)
+        message = loads(raw)
         if message.get("type") == "error":
             data = message.get("data", {})
             code, text = data.get("code", ""), data.get("message", "")
@@ -214,7 +214,7 @@ class RemoteEnv(gym.Env):
 
     def _send(self, message: dict[str, Any]) -> None:
         try:
-            self._ws.send(json.dumps(message))
+            self._ws.send(dumps(message))
         except Exception as e:  # noqa: BLE001 - ConnectionClosed*, OSError
             raise RemoteEnvError(f"env server {self.url} is gone ({type(e).__name__}: {e}); "
                                  "the episode is lost", server=self.url,

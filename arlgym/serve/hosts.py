@@ -1,7 +1,8 @@
 """Where a server's envs live: in the server process, or in worker processes.
 
-The ASGI event loop never runs env code itself: a slow step (a TIR cell, an ALFWorld planner)
-would stall every other session. :class:`ThreadHost` runs the envs of thread-safe classes
+The ASGI event loop runs no env code of its own but the steps of envs that declare
+``cheap_step`` (Sokoban, ~0.1 ms: the app calls :meth:`ThreadHost.call` directly): a slow step
+(a TIR cell, an ALFWorld planner) would stall every other session. :class:`ThreadHost` runs the envs of thread-safe classes
 (``AgentEnv.thread_safe``: Sokoban, TIR Math, WebShop text) in the server process on a thread
 pool; each session is stepped by one thread at a time (the app holds a per-session lock), so
 episodes stay in order. :class:`ProcessHost` runs the envs of classes that are not thread-safe

@@ -2,7 +2,9 @@
 
 uvicorn serves the ASGI app (:mod:`arlgym.serve.app`) on a socket bound here, as the WebShop
 site does (:mod:`arlgym.envs.webshop.server`), so the port (0: any free one) is known before
-serving starts; its loop is asyncio's own and its HTTP parser httptools'. WebSocket messages
+serving starts; its loop is asyncio's own and its HTTP parser httptools'. The steps of envs
+whose class declares ``cheap_step`` (Sokoban: ~0.1 ms) run on the event loop itself: handing
+each to a pool thread cost the server more CPU per step than the step (docs/serving.md). WebSocket messages
 are capped by uvicorn at ``max_body`` bytes (a bigger one closes the connection with 1009).
 WebSocket compression (permessage-deflate) is off: a prompt of 1-2 KB costs ~50 us of zlib on
 each side per message, which took a third off the Sokoban step throughput (1,280 -> 1,910
@@ -34,14 +36,22 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def _thread_safe(env_id: str) -> bool:
+def _env_class(env_id: str) -> type:
     import gymnasium as gym
 
     import arlgym  # noqa: F401
 
     entry = gym.registry[env_id].entry_point
-    cls = gym.envs.registration.load_env_creator(entry) if isinstance(entry, str) else entry
-    return bool(getattr(cls, "thread_safe", True))
+    return gym.envs.registration.load_env_creator(entry) if isinstance(entry, str) else entry
+
+
+def _thread_safe(env_id: str) -> bool:
+    return bool(getattr(_env_class(env_id), "thread_safe", True))
+
+
+def _cheap_step(env_id: str) -> bool:
+    cls = _env_class(env_id)
+    return bool(getattr(cls, "thread_safe", True) and getattr(cls, "cheap_step", False))
 
 
 class EnvServer:
@@ -60,13 +70,16 @@ class EnvServer:
         workers: worker processes per env id whose class is not thread-safe (ALFWorld).
         threads: threads that run the envs of thread-safe classes (and wait on workers).
         timeout: seconds a worker may take for one request before it counts as hung.
+        inline_steps: step the envs whose class declares ``cheap_step`` (Sokoban) on the event
+            loop instead of a pool thread; ``False`` sends every step to the pool (the slower
+            path, kept to measure against: ``bench/bench_serve.py --no-inline-steps``).
     """
 
     def __init__(self, envs: dict[str, dict[str, Any]], host: str = "127.0.0.1", port: int = 0,
                  *, token: str | None = None, insecure: bool = False, max_sessions: int = 1024,
                  ttl: float = 600.0, max_body: int = 1 << 20, workers: int | None = None,
                  threads: int = 8, timeout: float = 300.0, backlog: int = 2048,
-                 check_envs: bool = True) -> None:
+                 check_envs: bool = True, inline_steps: bool = True) -> None:
         try:
             import uvicorn
             import websockets  # noqa: F401  (uvicorn's WebSocket protocol)
@@ -102,8 +115,10 @@ class EnvServer:
         for env_id in envs:
             hosts[env_id] = threaded if _thread_safe(env_id) else ProcessHost(n_workers, timeout)
         self._hosts = hosts
+        inline = frozenset(e for e in envs if inline_steps and _cheap_step(e))
         self.app = ServeApp(ServeConfig(envs=envs, token=token, max_sessions=max_sessions,
-                                        ttl=ttl, max_body=max_body), hosts, threads=threads)
+                                        ttl=ttl, max_body=max_body, inline_steps=inline),
+                            hosts, threads=threads)
         self._server = uvicorn.Server(uvicorn.Config(
             self.app, interface="asgi3", lifespan="on", loop="asyncio", http="httptools",
             ws="websockets-sansio", ws_max_size=max_body, ws_per_message_deflate=False,
