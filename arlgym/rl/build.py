@@ -62,6 +62,10 @@ def check_setup(cfg: TrainConfig, num_processes: int, advantage: str) -> int:
     if cfg.old_logprobs == "rollout" and advantage == "empg":
         raise ConfigError("old_logprobs rollout: EMPG needs the entropies of a trainer forward "
                           "pass; use old_logprobs recompute (or auto)")
+    if cfg.rollout_engine == "vllm_server" and num_processes > 1:
+        raise ConfigError("rollout_engine vllm_server drives its servers from one process (the "
+                          "NCCL weight group has one trainer rank). Fix: launch one process, or "
+                          "--rollout_engine vllm (colocated, one engine per rank)")
     if cfg.async_rollouts and num_processes > 1:
         raise ConfigError("async_rollouts runs on one process for now (its workers are "
                           "processes of their own). Fix: launch without accelerate's "
@@ -70,7 +74,15 @@ def check_setup(cfg: TrainConfig, num_processes: int, advantage: str) -> int:
 
 
 def resolve_engine(cfg: TrainConfig) -> str:
-    """``rollout_engine``, with ``auto`` resolved: vLLM when a GPU and vLLM are present."""
+    """``rollout_engine``, with ``auto`` resolved: vLLM when a GPU and vLLM are present.
+
+    ``vllm_server`` is refused without a GPU here: its weights go to the server over NCCL
+    after every update, and the run would fail at its first update instead of now.
+    """
+    if cfg.rollout_engine == "vllm_server" and not torch.cuda.is_available():
+        raise ConfigError("rollout_engine vllm_server sends the weights to its servers over NCCL "
+                          "after every update, which needs a CUDA device here; this machine has "
+                          "none. Fix: --rollout_engine hf on CPU")
     if cfg.rollout_engine != "auto":
         return cfg.rollout_engine
     return "vllm" if torch.cuda.is_available() and _has_vllm() else "hf"

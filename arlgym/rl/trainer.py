@@ -261,7 +261,8 @@ class Trainer:
         from arlgym.rl.sources import AsyncSource, InProcessSource
 
         if not self.cfg.async_rollouts:
-            push = (lambda: self._push_weights(self.policy)) if self.engine == "vllm" else None
+            push = ((lambda: self._push_weights(self.policy))
+                    if self.engine in ("vllm", "vllm_server") else None)
             return InProcessSource(collector, lambda step, attempt: self._sampling(attempt, step),
                                    push=push)
         return AsyncSource(collector, self._start_async)
@@ -278,14 +279,28 @@ class Trainer:
                      num_tasks=self.local_tasks, env_seed=self._env_seed,
                      generation_batch_size=cfg.generation_batch_size,
                      torch_threads=cfg.torch_threads,
-                     extra={"collector": build.env_server_kwargs(cfg.env_servers)})
+                     extra={"collector": build.env_server_kwargs(cfg.env_servers),
+                            "engine": self._worker_engine()})
         return AsyncRollouts(
             spec, acc.unwrap_model(self.model).state_dict(), num_workers=cfg.rollout_workers,
             max_staleness=cfg.max_staleness, policy=cfg.staleness_policy,
             sampling=lambda task: asdict(self._sampling(0, step=task)), version=version,
             state=state)
 
+    def _worker_engine(self) -> dict[str, Any]:
+        """What the async workers sample with: their own HF copy, or a vLLM server each."""
+        if self.engine == "vllm_server":
+            return {"kind": "vllm_server", "urls": [u.strip() for u in
+                                                    self.cfg.vllm_server_urls.split(",") if u.strip()]}
+        return {"kind": "hf"}
+
     def _make_policy(self):
+        if self.engine == "vllm_server":
+            from arlgym.policies.vllm_server import VLLMServerPolicy
+
+            # the server serves cfg.model from its start: the first push is the first update's
+            return VLLMServerPolicy(self._worker_engine()["urls"][0], self.tokenizer,
+                                    device=self.accelerator.device)
         if self.engine == "vllm":
             from arlgym.models import model_path
             from arlgym.policies.vllm import VLLMPolicy
@@ -357,6 +372,8 @@ class Trainer:
         if not ckpts:
             raise ConfigError(f"--resume: no checkpoint under {self.out / 'checkpoints'}")
         self._load_checkpoint(ckpts[-1])
+        # an engine with its own copy (vLLM) still holds the start weights: give it these
+        self._sync_rollout_weights()
         # rows logged after that checkpoint are replayed by this run: drop them, so the log
         # of an interrupted and resumed run equals that of an uninterrupted one
         log = self.out / "metrics.jsonl"

@@ -100,3 +100,30 @@ def test_without_vllm_the_client_refusal_names_the_fix():
         pytest.skip("vllm is installed here")
     with pytest.raises(MissingDependency, match="arlgym\\[vllm\\]"):
         make_client("http://127.0.0.1:9")
+
+
+def test_an_async_worker_plays_a_batch_through_its_server(server, tiny):
+    """The worker side of rollout_engine vllm_server: worker i samples from server i, its turns
+    carry the server's log-probs, version 0 is not sent (the server serves the start model)."""
+    from arlgym.rl.async_rollout import _Spec, worker_engine
+    from arlgym.rollout import RolloutCollector
+
+    spec = _Spec(model="tiny", seed=0, env_id="arl/Sokoban-v0", env_kwargs={"max_steps": 2},
+                 group_size=2, num_tasks=2, env_seed=0, generation_batch_size=8, torch_threads=1,
+                 extra={"engine": {"kind": "vllm_server", "urls": ["http://127.0.0.1:9", server.url]}})
+    policy, load = worker_engine(spec, index=1)
+    assert isinstance(policy, VLLMServerPolicy) and policy.name.endswith(server.url)
+    load(0, tiny[0].state_dict())  # nothing to send
+    collector = RolloutCollector(spec.env_id, policy, group_size=2, num_tasks=2,
+                                 env_kwargs=spec.env_kwargs, seed=0, mode="sync", progress=False)
+    try:
+        trajs = collector.collect(sampling=SamplingParams(max_new_tokens=8, seed=3))
+    finally:
+        collector.close()
+    assert len(trajs) == 4
+    turns = [s for t in trajs for s in t.steps]
+    assert turns and all(len(s.logprobs) == len(s.response_token_ids) > 0 for s in turns)
+    assert sum(p == "/v1/completions" for p, _ in server.requests) >= 2  # one per turn at least
+    if not torch.cuda.is_available():
+        with pytest.raises(ConfigError, match="NCCL"):
+            load(1, tiny[0].state_dict())

@@ -86,3 +86,19 @@ def test_env_server_kwargs_and_env_seeds():
                                                                                "http://b:2"]
     seeds = {build.env_seed(s, r) for s in range(3) for r in range(4)}
     assert len(seeds) == 12  # every (seed, rank) starts its own task stream
+
+
+def test_vllm_server_engine_settings_are_checked_before_anything_starts():
+    with pytest.raises(ConfigError, match="vllm_server_urls has 1, expected 2"):
+        _cfg("--rollout_engine", "vllm_server", "--async_rollouts", "true",
+             "--rollout_workers", "2", "--vllm_server_urls", "http://a:8000")
+    with pytest.raises(ConfigError, match="vllm_server_urls has 0, expected 1"):
+        _cfg("--rollout_engine", "vllm_server")
+    with pytest.raises(ConfigError, match="Fix: --rollout_engine vllm_server"):
+        _cfg("--vllm_server_urls", "http://a:8000")
+    cfg = _cfg("--rollout_engine", "vllm_server", "--vllm_server_urls", "http://a:8000")
+    with pytest.raises(ConfigError, match="one process"):
+        build.check_setup(cfg, 2, "grpo")
+    if not torch.cuda.is_available():  # weight sync is NCCL: refused up front on CPU
+        with pytest.raises(ConfigError, match="needs a CUDA device here"):
+            build.resolve_engine(cfg)
