@@ -34,16 +34,23 @@ from arlgym.policies.base import Completion, SamplingParams, prompt_image, promp
 __all__ = ["VLLMServerPolicy", "make_client"]
 
 
-def make_client(base_url: str, connection_timeout: float = 0.0) -> Any:
+#: TRL's default port of the NCCL weight group; worker ``i`` uses ``GROUP_PORT + i`` so that
+#: several workers on one node do not collide
+GROUP_PORT = 51216
+
+
+def make_client(base_url: str, connection_timeout: float = 0.0,
+                group_port: int = GROUP_PORT) -> Any:
     """TRL's ``VLLMClient`` for ``base_url`` (it checks ``/health`` and reads the served model
-    from ``/v1/models``)."""
+    from ``/v1/models``); ``group_port`` is the port its NCCL weight group listens on."""
     try:
         from trl.generation.vllm_client import VLLMClient
     except ImportError as e:  # pragma: no cover - trl is a train dependency
         raise MissingDependency("the vLLM server policy needs TRL's client: "
                                 "pip install 'arlgym[train]'") from e
     try:
-        return VLLMClient(base_url=base_url, connection_timeout=connection_timeout)
+        return VLLMClient(base_url=base_url, connection_timeout=connection_timeout,
+                          group_port=group_port)
     except ImportError as e:
         raise MissingDependency(
             f"TRL's vLLM client refuses to start without vllm installed on this machine "
@@ -65,12 +72,14 @@ class VLLMServerPolicy:
             ``stop`` from a ``length`` finish (the client does not pass vLLM's reason on).
         device: the CUDA device the weights are sent from (the NCCL group's rank 0).
         max_concurrency: requests in flight at once for one :meth:`generate` call.
+        group_port: the port of the NCCL weight group (one per policy on a node).
     """
 
     def __init__(self, base_url: str, tokenizer: Any, *, client: Any = None,
                  eos_token_ids: Iterable[int] | None = None, device: Any = "cuda",
-                 max_concurrency: int = 64) -> None:
-        self.client = client if client is not None else make_client(base_url)
+                 max_concurrency: int = 64, group_port: int = GROUP_PORT) -> None:
+        self.client = client if client is not None else make_client(base_url,
+                                                                   group_port=group_port)
         self.tokenizer = tokenizer
         self.name = f"vllm-server:{base_url}"
         eos = tokenizer.eos_token_id if eos_token_ids is None else None

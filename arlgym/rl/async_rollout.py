@@ -94,10 +94,11 @@ def worker_engine(spec: _Spec, index: int) -> tuple[Any, Any]:
     engine = spec.extra.get("engine") or {"kind": "hf"}
     if engine["kind"] == "vllm_server":
         from arlgym.models import load_tokenizer
-        from arlgym.policies.vllm_server import VLLMServerPolicy
+        from arlgym.policies.vllm_server import GROUP_PORT, VLLMServerPolicy
 
         urls = engine["urls"]
-        policy = VLLMServerPolicy(urls[index % len(urls)], load_tokenizer(spec.model))
+        policy = VLLMServerPolicy(urls[index % len(urls)], load_tokenizer(spec.model),
+                                  group_port=GROUP_PORT + index)
 
         def load_server(version: int, state: dict[str, Any]) -> None:
             if version > 0:

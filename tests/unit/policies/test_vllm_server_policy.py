@@ -113,6 +113,7 @@ def test_an_async_worker_plays_a_batch_through_its_server(server, tiny):
                  extra={"engine": {"kind": "vllm_server", "urls": ["http://127.0.0.1:9", server.url]}})
     policy, load = worker_engine(spec, index=1)
     assert isinstance(policy, VLLMServerPolicy) and policy.name.endswith(server.url)
+    assert policy.client.group_port == 51216 + 1  # workers on one node get their own port
     load(0, tiny[0].state_dict())  # nothing to send
     collector = RolloutCollector(spec.env_id, policy, group_size=2, num_tasks=2,
                                  env_kwargs=spec.env_kwargs, seed=0, mode="sync", progress=False)
