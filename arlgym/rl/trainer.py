@@ -295,10 +295,12 @@ class Trainer:
         return {"kind": "hf"}
 
     def _make_policy(self):
-        if self.engine == "vllm_server":
+        if self.engine == "vllm_server" and not self.cfg.async_rollouts:
             from arlgym.policies.vllm_server import VLLMServerPolicy
 
-            # the server serves cfg.model from its start: the first push is the first update's
+            # the server serves cfg.model from its start: the first push is the first update's.
+            # (With async_rollouts the workers own the servers; the learner keeps HF below for
+            # its in-process collector, which then only carries checkpoint fields.)
             return VLLMServerPolicy(self._worker_engine()["urls"][0], self.tokenizer,
                                     device=self.accelerator.device)
         if self.engine == "vllm":
