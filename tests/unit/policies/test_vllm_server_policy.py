@@ -128,3 +128,30 @@ def test_an_async_worker_plays_a_batch_through_its_server(server, tiny):
     if not torch.cuda.is_available():
         with pytest.raises(ConfigError, match="NCCL"):
             load(1, tiny[0].state_dict())
+
+
+def test_the_synchronous_trainer_samples_from_its_server_and_pushes_every_update(
+        server, tiny, tmp_path, monkeypatch):
+    """Trainer wiring of rollout_engine vllm_server. Two seams are patched: the CPU refusal
+    (NCCL needs CUDA) and ``sync_weights`` itself, which records what would be streamed."""
+    from arlgym.rl import build
+    from arlgym.rl.cli import parse_train_config
+    from arlgym.rl.trainer import Trainer
+
+    monkeypatch.setattr(build, "resolve_engine", lambda cfg: cfg.rollout_engine)
+    pushed = []
+    monkeypatch.setattr(VLLMServerPolicy, "sync_weights",
+                        lambda self, pairs: pushed.append({k: v.clone() for k, v in pairs}))
+    cfg = parse_train_config([
+        "--env_id", "arl/Sokoban-v0", "--model", "tiny", "--num_tasks", "2", "--group_size", "2",
+        "--max_new_tokens", "8", "--env_kwargs", '{"max_steps": 2}', "--lr", "1e-2",
+        "--log_with", "none", "--algo", "grpo", "--max_steps", "2", "--output_dir", str(tmp_path),
+        "--rollout_engine", "vllm_server", "--vllm_server_urls", server.url])
+    trainer = Trainer(cfg)
+    assert isinstance(trainer.policy, VLLMServerPolicy)
+    history = trainer.train()
+    assert len(history) == 2 and len(pushed) == 2  # after every update, none at the start
+    live = trainer.accelerator.unwrap_model(trainer.model).state_dict()
+    assert pushed[-1].keys() == live.keys()
+    assert all(torch.equal(pushed[-1][k], live[k]) for k in live)
+    assert sum(p == "/v1/completions" for p, _ in server.requests) >= 2
