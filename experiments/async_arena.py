@@ -5,7 +5,7 @@ The grid is an ordinary ``arlgym arena run`` with the async axes as overrides (d
 "Measured: the CPU arena"); this script only reads its run folders and writes
 
 * ``table.md`` — per variant, mean ± standard error over seeds of: greedy test success of the
-  final and of the best-on-validation model, mismatch KL (mean over the run's steps where it
+  final and of the best-on-validation model, rollout success over the last 3 steps, mismatch KL (mean over the run's steps where it
   is logged), staleness of the trained turns, the learner's and the rollout side's idle
   fractions, seconds per step, and the collapse alarm's verdicts;
 * ``leads.md`` — for every run the alarm flags: the step at which ``mismatch/kl`` first
@@ -102,12 +102,14 @@ def run_figures(run: RunResult, early: int, kl_abs: float) -> dict[str, Any]:
     kl = [v for _s, v in _col(rows, M.MISMATCH_KL)]
     stale = [v for _s, v in _col(rows, M.STALENESS_MEAN)]
     verdict = detect_collapse(rows)
+    success = [v for _s, v in _col(rows, M.SUCCESS_RATE)]
     return {
         "run": f"{run.label}/seed-{run.seed}",
         "variant": run.label.split("__", 1)[-1],
         "seed": run.seed,
         "test_last": _test_success(run, "last"),
         "test_best": _test_success(run, "best"),
+        "rollout_last3": sum(success[-3:]) / len(success[-3:]) if success else float("nan"),
         "mismatch_kl": sum(kl) / len(kl) if kl else float("nan"),
         "mismatch_kl_max": max(kl) if kl else float("nan"),
         "staleness": sum(stale) / len(stale) if stale else 0.0,
@@ -133,14 +135,15 @@ def build_tables(per_run: list[dict[str, Any]]) -> tuple[str, str, dict[str, Any
     for r in per_run:
         by_variant[r["variant"]].append(r)
     variants = sorted(by_variant, key=lambda v: (ORDER.index(v) if v in ORDER else 99, v))
-    head = ("| variant | seeds | test success, final (%) | test success, best (%) | mismatch KL "
-            "(mean) | staleness (mean) | learner idle | rollout idle | s / step | collapsed |")
-    lines = [head, "|" + "---|" * 10]
+    head = ("| variant | seeds | test success, final (%) | test success, best (%) | rollout "
+            "success, last 3 steps (%) | mismatch KL (mean) | staleness (mean) | learner idle | "
+            "rollout idle | s / step | collapsed |")
+    lines = [head, "|" + "---|" * 11]
     summary = {}
     for v in variants:
         rs = by_variant[v]
         cells = {k: mean_se([r[k] for r in rs]) for k in
-                 ("test_last", "test_best", "mismatch_kl", "staleness", "learner_idle",
+                 ("test_last", "test_best", "rollout_last3", "mismatch_kl", "staleness", "learner_idle",
                   "rollout_idle", "step_s")}
         collapsed = [r for r in rs if r["collapse"]]
         summary[v] = {k: {"mean": m, "se": se} for k, (m, se) in cells.items()}
@@ -148,7 +151,8 @@ def build_tables(per_run: list[dict[str, Any]]) -> tuple[str, str, dict[str, Any
         summary[v]["collapsed"] = [r["run"] for r in collapsed]
         lines.append(
             f"| {v} | {len(rs)} | {_fmt(*cells['test_last'], pct=True)} | "
-            f"{_fmt(*cells['test_best'], pct=True)} | {_fmt(*cells['mismatch_kl'], digits=4)} | "
+            f"{_fmt(*cells['test_best'], pct=True)} | {_fmt(*cells['rollout_last3'], pct=True)} | "
+            f"{_fmt(*cells['mismatch_kl'], digits=4)} | "
             f"{_fmt(*cells['staleness'], digits=2)} | {_fmt(*cells['learner_idle'], digits=2)} | "
             f"{_fmt(*cells['rollout_idle'], digits=2)} | {_fmt(*cells['step_s'], digits=1)} | "
             f"{len(collapsed)}/{len(rs)} |")
