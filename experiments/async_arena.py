@@ -24,9 +24,11 @@ Idle fractions, one definition for both kinds of run:
   synchronous trainer the sampler idles for the rest of the step,
   1 − Σ ``time/rollout_s`` / Σ ``time/step_s``.
 
-Early-run level of ``mismatch/kl``: the largest value over the first ``--early`` steps at which
-it is logged; "exceeds" means above twice that level and above it by ``--kl-abs`` (so that a
-near-zero early level does not make every wobble a rise).
+Early-run level of ``mismatch/kl``: its largest value over steps 1..``--early`` (default 3: with
+``max_staleness: 2`` the staleness ramps 0, 1, 2 over those steps, so the level already holds a
+full-staleness batch; a run without a correction logs no value at step 1, whose batch is fresh
+and keeps the sampler's log-probs); "exceeds" means above twice that level and above it by
+``--kl-abs`` (so that a near-zero early level does not make every wobble a rise).
 
     python experiments/async_arena.py runs/async_arena/grid --figures docs/figures/async_arena
 """
@@ -72,10 +74,12 @@ def _total(rows: Sequence[dict[str, Any]], key: str) -> float:
 def first_exceed(rows: Sequence[dict[str, Any]], early: int, kl_abs: float) -> dict[str, Any]:
     """The early-run level of ``mismatch/kl`` and the first later step above it (module doc)."""
     kl = _col(rows, M.MISMATCH_KL)
-    if len(kl) <= early:
+    head = [v for s, v in kl if s <= early]
+    tail = [(s, v) for s, v in kl if s > early]
+    if not head or not tail:
         return {"early_level": None, "first_exceed_step": None, "logged_steps": len(kl)}
-    level = max(v for _s, v in kl[:early])
-    for step, v in kl[early:]:
+    level = max(head)
+    for step, v in tail:
         if v > 2 * level and v > level + kl_abs:
             return {"early_level": level, "first_exceed_step": step, "logged_steps": len(kl)}
     return {"early_level": level, "first_exceed_step": None, "logged_steps": len(kl)}
@@ -215,8 +219,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("grid", help="the folder of `arlgym arena run --out`")
     ap.add_argument("--figures", default="docs/figures/async_arena")
-    ap.add_argument("--early", type=int, default=2,
-                    help="logged steps that set mismatch KL's early-run level")
+    ap.add_argument("--early", type=int, default=3,
+                    help="steps 1..EARLY set mismatch KL's early-run level")
     ap.add_argument("--kl-abs", type=float, default=0.01,
                     help="least absolute rise over the early level that counts")
     args = ap.parse_args(argv)
