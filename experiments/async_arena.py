@@ -12,8 +12,8 @@ The grid is an ordinary ``arlgym arena run`` with the async axes as overrides (d
   exceeds its early-run level (rule below) against the alarm's ``step`` (where the collapse
   began) and ``detected_at``; and for every run the same first-exceed step, flagged or not,
   so a rise that predicts nothing shows as well;
-* ``curves.png`` — rollout success, greedy validation success, mismatch KL and staleness per
-  step, mean ± SE over seeds;
+* ``curves.png`` — rollout success, greedy validation success, mismatch KL and format validity
+  per step, mean ± SE over seeds (staleness is in the table);
 * ``result.json`` — every number above.
 
 Idle fractions, one definition for both kinds of run:
@@ -182,7 +182,7 @@ def plot(runs: list[RunResult], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     panels = [(M.SUCCESS_RATE, "rollout success"), (M.EVAL_SUCCESS, "greedy val success"),
-              (M.MISMATCH_KL, "mismatch KL (k3)"), (M.STALENESS_MEAN, "staleness (updates)")]
+              (M.MISMATCH_KL, "mismatch KL (k3)"), (M.FORMAT_VALID, "format-valid ratio")]
     variants = sorted({r.label.split("__", 1)[-1] for r in runs},
                       key=lambda v: (ORDER.index(v) if v in ORDER else 99, v))
     fig, axes = plt.subplots(1, 4, figsize=(13, 3.0))
