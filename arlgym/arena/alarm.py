@@ -27,9 +27,12 @@ The rule (every threshold is a keyword of :func:`detect_collapse`):
    and in a fast collapse it is gone again once every response is broken and no advantage is
    left to push on).
 
-The rule does not read ``mismatch/kl`` (sampler/learner gap, :mod:`arlgym.rl.correction`):
-whether it leads a collapse here has not been measured, so it is plotted by the report but not
-judged.
+The rule does not read ``mismatch/kl`` (sampler/learner gap, :mod:`arlgym.rl.correction`); the
+report plots it. Measured on the async CPU arena (docs/async.md, "Measured: the CPU arena": 9
+async runs with ``max_staleness: 2``, 8 steps): no run collapsed, so nothing was there to lead;
+the one transient crash (format validity 0.11 for one step) had its KL spike (1.06, five times
+its early level) in that same step, not before — the KL is measured on the broken batch itself.
+Nothing supports it as an early warning here, so it stays out of the rule.
 
 Runs shorter than ``min_steps`` are never judged. :class:`CollapseMonitor` runs the same rule
 online, one row at a time, for the trainer.

@@ -37,7 +37,7 @@ import torch
 from arlgym.errors import ConfigError, WorkerError
 from arlgym.rl.staleness import StalenessScheduler
 
-__all__ = ["AsyncRollouts", "Job", "job_seed"]
+__all__ = ["AsyncRollouts", "Job", "job_seed", "worker_engine"]
 
 
 def job_seed(base: int, task: int, num_tasks: int) -> int:
@@ -82,18 +82,46 @@ class _Spec:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def _worker_main(spec: _Spec, jobs: Any, weights: Any, results: Any) -> None:
-    """A rollout worker's loop (runs in its own process)."""
-    if spec.torch_threads:
-        torch.set_num_threads(spec.torch_threads)
+def worker_engine(spec: _Spec, index: int) -> tuple[Any, Any]:
+    """Worker ``index``'s policy and its weight loader ``load(version, state_dict)``.
+
+    ``spec.extra["engine"]``: ``{"kind": "hf"}`` (default) — an HF copy of the model in the
+    worker; ``{"kind": "vllm_server", "urls": [...]}`` — the worker samples from server
+    ``urls[index]`` (:class:`~arlgym.policies.vllm_server.VLLMServerPolicy`) and forwards each
+    new version's weights to it between jobs, so every job still has one version. Version 0 is
+    not sent: the server was started with the run's start model.
+    """
+    engine = spec.extra.get("engine") or {"kind": "hf"}
+    if engine["kind"] == "vllm_server":
+        from arlgym.models import load_tokenizer
+        from arlgym.policies.vllm_server import GROUP_PORT, VLLMServerPolicy
+
+        urls = engine["urls"]
+        policy = VLLMServerPolicy(urls[index % len(urls)], load_tokenizer(spec.model),
+                                  group_port=GROUP_PORT + index)
+
+        def load_server(version: int, state: dict[str, Any]) -> None:
+            if version > 0:
+                policy.sync_weights(state.items())
+
+        return policy, load_server
     from arlgym.models import load_model_and_tokenizer
-    from arlgym.policies import SamplingParams
     from arlgym.policies.hf import HFPolicy
-    from arlgym.rollout import RolloutCollector
 
     model, tokenizer = load_model_and_tokenizer(spec.model, seed=spec.seed)
     model.eval()
     policy = HFPolicy(model, tokenizer=tokenizer, batch_size=spec.generation_batch_size)
+    return policy, lambda _version, state: model.load_state_dict(state)
+
+
+def _worker_main(spec: _Spec, jobs: Any, weights: Any, results: Any, index: int = 0) -> None:
+    """A rollout worker's loop (runs in its own process)."""
+    if spec.torch_threads:
+        torch.set_num_threads(spec.torch_threads)
+    from arlgym.policies import SamplingParams
+    from arlgym.rollout import RolloutCollector
+
+    policy, load = worker_engine(spec, index)
     collector = RolloutCollector(spec.env_id, policy, group_size=spec.group_size,
                                  num_tasks=spec.num_tasks, env_kwargs=spec.env_kwargs,
                                  seed=spec.env_seed, mode="sync", progress=False,
@@ -108,7 +136,7 @@ def _worker_main(spec: _Spec, jobs: Any, weights: Any, results: Any) -> None:
             except queue.Empty:
                 return
             if v > version:
-                model.load_state_dict(state)
+                load(v, state)
                 version = v
             block = False
 
@@ -185,7 +213,8 @@ class AsyncRollouts:
     def _spawn(self, index: int) -> _Worker:
         jobs, weights = self._ctx.Queue(), self._ctx.Queue()
         weights.put(self._latest)
-        proc = self._ctx.Process(target=_worker_main, args=(self.spec, jobs, weights, self.results),
+        proc = self._ctx.Process(target=_worker_main,
+                                 args=(self.spec, jobs, weights, self.results, index),
                                  name=f"arlgym-rollout-{index}", daemon=False)
         proc.start()
         return _Worker(index, proc, jobs, weights)

@@ -71,7 +71,13 @@ class TrainConfig:
     log_with: str = _f("tensorboard", "Accelerate tracker: tensorboard | wandb | trackio | none. "
                                       "A JSONL log is always written.")
     # ---------------------------------------------------------------- rollout
-    rollout_engine: str = _f("auto", "hf (model.generate; CPU) | vllm (colocated; GPU) | auto.")
+    rollout_engine: str = _f("auto", "hf (model.generate; CPU) | vllm (colocated; GPU) | "
+                                     "vllm_server (a `trl vllm-serve` or `vllm serve` server per "
+                                     "rollout worker, at vllm_server_urls; GPU) | auto.")
+    vllm_server_urls: str = _f("", "rollout_engine vllm_server: comma-separated server URLs, one "
+                                   "per rollout worker (one with async_rollouts false). Each "
+                                   "server must serve `model`; the weights go to it over NCCL "
+                                   "after every update (docs/async.md).")
     env_servers: str = _f("", "Comma-separated env server URLs (`arlgym serve`, docs/serving.md): "
                               "the rollout envs (group g on server g mod n) and the periodic and "
                               "final evals' episodes run there, instead of in this process. "
@@ -195,8 +201,22 @@ class TrainConfig:
             raise ConfigError(f"old_logprobs must be auto, recompute or rollout, got {self.old_logprobs!r}")
         if self.lm_head not in ("fused", "materialized"):
             raise ConfigError(f"lm_head must be fused or materialized, got {self.lm_head!r}")
-        if self.rollout_engine not in ("auto", "hf", "vllm"):
-            raise ConfigError(f"rollout_engine must be auto, hf or vllm, got {self.rollout_engine!r}")
+        if self.rollout_engine not in ("auto", "hf", "vllm", "vllm_server"):
+            raise ConfigError(f"rollout_engine must be auto, hf, vllm or vllm_server, got "
+                              f"{self.rollout_engine!r}")
+        urls = [u for u in self.vllm_server_urls.split(",") if u.strip()]
+        if self.rollout_engine == "vllm_server":
+            want = self.rollout_workers if self.async_rollouts else 1
+            if len(urls) != want:
+                raise ConfigError(
+                    f"rollout_engine vllm_server needs one server per rollout worker: "
+                    f"vllm_server_urls has {len(urls)}, expected {want}. Fix: --vllm_server_urls "
+                    "http://host:8000[,http://host2:8000...] (start each with trl vllm-serve "
+                    "--model <model>)")
+        elif urls:
+            raise ConfigError("vllm_server_urls is set but rollout_engine is "
+                              f"{self.rollout_engine}. Fix: --rollout_engine vllm_server, or drop "
+                              "vllm_server_urls")
         if self.save_best and self.eval_steps <= 0:
             raise ConfigError("save_best needs a periodic eval: set eval_steps > 0 (and eval_split "
                               "to a validation split)")
@@ -230,8 +250,9 @@ class TrainConfig:
             raise ConfigError(f"staleness_policy={self.staleness_policy!r} is unknown: expected "
                               f"one of {', '.join(POLICIES)}. Fix: --staleness_policy pace")
         if self.async_rollouts and self.rollout_engine == "vllm":
-            raise ConfigError("async_rollouts runs HF engines in worker processes; vLLM rollout "
-                              "workers are not available yet. Fix: --rollout_engine hf")
+            raise ConfigError("async_rollouts runs its engines in worker processes; a colocated "
+                              "vLLM engine is not one of them. Fix: --rollout_engine hf, or "
+                              "vllm_server with --vllm_server_urls")
         if self.async_rollouts and self.lora_r:
             raise ConfigError("async_rollouts with LoRA is not available yet (the workers take "
                               "full weights). Fix: --lora_r 0 or --async_rollouts false")

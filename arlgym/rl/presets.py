@@ -22,6 +22,7 @@ ARLArena / verl-agent code and scripts). Values marked "assumed" are not given b
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from typing import Any
 
 from arlgym.errors import ConfigError
@@ -366,17 +367,21 @@ def advantage_kwargs(preset: dict[str, Any]) -> dict[str, Any]:
     return dict(preset["advantage"])
 
 
-def make_sampler(preset: dict[str, Any], target_groups: int | None = None) -> DynamicSampler | None:
+def make_sampler(preset: dict[str, Any], target_groups: int | None = None,
+                 returns_of: Callable[[Any], float] | None = None) -> DynamicSampler | None:
     """The preset's :class:`~arlgym.rl.DynamicSampler`, or None when filtering is off.
 
-    ``target_groups`` defaults to the preset's ``tasks_per_step``.
+    ``target_groups`` defaults to the preset's ``tasks_per_step``; ``returns_of`` reads the
+    return a group is filtered on (default: the member's ``episode_return``).
     """
     f = preset["filter"]
     if not f["enabled"]:
         return None
+    extra = {"returns_of": returns_of} if returns_of is not None else {}
     return DynamicSampler(
         target_groups=target_groups or preset["tasks_per_step"],
         max_tries=f["max_tries"],
         cold_start_steps=f["cold_start_steps"],
         filter=f["name"],
+        **extra,
     )

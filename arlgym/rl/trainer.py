@@ -41,6 +41,7 @@ import torch
 
 from arlgym.envs import env_family as family_of
 from arlgym.errors import ConfigError
+from arlgym.rl import build
 from arlgym.rl import metrics as M
 from arlgym.rl.advantages import advantage_metrics, compute_advantages
 from arlgym.rl.batching import (
@@ -56,10 +57,9 @@ from arlgym.rl.batching import (
 from arlgym.rl.config import TrainConfig, check_env
 from arlgym.rl.correction import RolloutCorrection
 from arlgym.rl.distributed import check_rollout_support, full_weights, set_launcher_env
-from arlgym.rl.logprobs import logit_rows_budget, resolve_lm_head
-from arlgym.rl.lora import adapters_disabled, apply_lora, merged_copy, merged_weights
+from arlgym.rl.lora import adapters_disabled, merged_copy, merged_weights
 from arlgym.rl.losses import policy_loss
-from arlgym.rl.presets import advantage_kwargs, get_preset, make_sampler, policy_loss_kwargs
+from arlgym.rl.presets import advantage_kwargs, get_preset, policy_loss_kwargs
 
 __all__ = ["Trainer", "resolve_algorithm", "seed_everything", "env_family"]
 
@@ -193,22 +193,12 @@ def sample_logprobs(model: Any, sub: list[TokenSample], pad_id: int, device: Any
     return logp, entropy, mask
 
 
-def env_server_kwargs(env_servers: str) -> dict[str, Any]:
-    """The collector's ``servers``/``server_token`` for the ``env_servers`` setting (empty: {})."""
-    from arlgym.serve.cli import env_server_kwargs as of_urls
-
-    return of_urls(env_servers, "env_servers")
-
-
 class Trainer:
     """Runs ``cfg.max_steps`` RL steps; see the module docstring for one step."""
 
     def __init__(self, cfg: TrainConfig) -> None:
-        from accelerate import Accelerator
-        from accelerate.utils import ProjectConfiguration
-
-        from arlgym.models import load_model_and_tokenizer
-
+        # Each part comes from its builder (arlgym.rl.build); the order is the RNG's: the
+        # global seed is set before the model loads, LoRA draws its adapters from it.
         self.cfg = cfg
         if cfg.torch_threads:
             torch.set_num_threads(cfg.torch_threads)
@@ -216,92 +206,20 @@ class Trainer:
         check_env(cfg)  # env kwargs and eval/test splits, before the model loads
         self.out = Path(cfg.output_dir)
         log_with = None if cfg.log_with in ("none", "", None) else cfg.log_with
-        self.accelerator = Accelerator(
-            log_with=log_with,
-            project_config=ProjectConfiguration(project_dir=str(self.out), logging_dir=str(self.out / "logs")),
-            cpu=not torch.cuda.is_available(),
-        )
-        acc = self.accelerator
-        if cfg.num_tasks % acc.num_processes:
-            raise ConfigError(
-                f"num_tasks={cfg.num_tasks} must be a multiple of the number of processes "
-                f"({acc.num_processes}) so that whole groups stay on one rank"
-            )
-        if cfg.old_logprobs == "rollout" and advantage_kwargs(self.algo)["name"] == "empg":
-            raise ConfigError("old_logprobs rollout: EMPG needs the entropies of a trainer forward "
-                              "pass; use old_logprobs recompute (or auto)")
-        self.local_tasks = cfg.num_tasks // acc.num_processes
+        self.accelerator = acc = build.build_accelerator(self.out, log_with)
+        self.local_tasks = build.check_setup(cfg, acc.num_processes,
+                                             advantage_kwargs(self.algo)["name"])
         self.correction = RolloutCorrection(cfg.rollout_correction, cfg.rollout_correction_cap,
                                             cfg.rollout_correction_floor)
-        if cfg.async_rollouts and acc.num_processes > 1:
-            raise ConfigError("async_rollouts runs on one process for now (its workers are "
-                              "processes of their own). Fix: launch without accelerate's "
-                              "multi-process config, or --async_rollouts false")
-        self.engine = cfg.rollout_engine
-        if self.engine == "auto":
-            self.engine = "vllm" if torch.cuda.is_available() and _has_vllm() else "hf"
+        self.engine = build.resolve_engine(cfg)
         check_rollout_support(acc, self.engine, lora=cfg.lora_r > 0)
         seed_everything(cfg.seed + acc.process_index)
-        model, self.tokenizer = load_model_and_tokenizer(cfg.model, seed=cfg.seed)
-        from arlgym.models import is_vision_model, load_processor
-
-        # A vision-language model samples and trains with its processor's image inputs.
-        self.processor = load_processor(cfg.model) if is_vision_model(model) else None
-        if cfg.async_rollouts and self.processor is not None:
-            raise ConfigError("async_rollouts does not take vision-language models yet. Fix: "
-                              "--async_rollouts false")
-        if self.processor is not None:
-            self.tokenizer = self.processor.tokenizer
-        self.logit_rows = logit_rows_budget(cfg.micro_batch_logits_mb, model)
-        self.fused_head = resolve_lm_head(cfg.lm_head, model)
-        if self.fused_head:  # the logits are never materialised: no logits bound needed
-            self.logit_rows = None
-        from arlgym.policies.special_tokens import image_slot_token_ids
-
-        self.image_slot_ids = image_slot_token_ids(self.processor, model)
-        self.lora = cfg.lora_r > 0
-        if self.lora:
-            model = apply_lora(model, cfg.lora_r, cfg.lora_alpha, target_modules=cfg.lora_target_modules)
-        # Shared-prompt batching keeps the prompt's keys/values with gradients; HF checkpointing
-        # turns the cache off in train mode (and would re-append it when recomputing), so the
-        # two exclude each other: checkpointing wins, as the memory saver.
-        self.share_prompts = cfg.share_prompts and not cfg.gradient_checkpointing
-        # Vision turns: off. Their prompt ids hold the image as identical placeholder tokens, so
-        # equal ids do not mean equal prompts (two rooms, same text), and the shared-prefix pass
-        # has no image inputs; every vision turn runs its own prompt with its own image.
-        self.share_prompts = self.share_prompts and self.processor is None
-        if cfg.gradient_checkpointing:  # active in train mode only: rollouts keep the KV cache
-            if cfg.share_prompts:
-                warnings.warn("gradient_checkpointing: share_prompts is turned off (the shared "
-                              "prompt's cache needs use_cache in train mode); set "
-                              "share_prompts: false to silence this", stacklevel=2)
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        model.train()
-        self.kl_coef = float(self.algo["kl_coef"] or 0.0)
-        # The k3 reference: a frozen copy, or under LoRA the policy with its adapters off.
-        self.use_ref = self.kl_coef > 0
-        self.ref_model = None
-        if self.use_ref and not self.lora:
-            ref, _ = load_model_and_tokenizer(cfg.model, seed=cfg.seed)
-            ref.requires_grad_(False)
-            self.ref_model = ref.to(acc.device).eval()
-        optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad],
-                                      lr=self.algo["lr"], weight_decay=cfg.weight_decay)
-        warm = max(1, cfg.warmup_steps)
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / warm))
-        self.model, self.optimizer, self.scheduler = acc.prepare(model, optimizer, scheduler)
+        self._build_model(build.build_model(cfg))
         self.step = 0
         self.policy = self._make_policy()
-        self.sampler = make_sampler(self.algo, target_groups=self.local_tasks)
-        if self.sampler is not None:  # ARLArena filters on the env return without penalties
-            self.sampler.returns_of = lambda traj: traj.task_return
-        from arlgym.rollout import RolloutCollector
-
-        self._env_seed = cfg.seed * 1_000_003 + acc.process_index * 10_000_019
-        collector = RolloutCollector(
-            cfg.env_id, self.policy, group_size=cfg.group_size, num_tasks=self.local_tasks,
-            env_kwargs=cfg.env_kwargs, seed=self._env_seed, progress=False,
-            **env_server_kwargs(cfg.env_servers))
+        self.sampler = build.build_sampler(self.algo, self.local_tasks)
+        self._env_seed = build.env_seed(cfg.seed, acc.process_index)
+        collector = build.build_collector(cfg, self.policy, self.local_tasks, self._env_seed)
         self.source = self._make_source(collector)
         if acc.is_main_process:
             self.out.mkdir(parents=True, exist_ok=True)
@@ -312,6 +230,21 @@ class Trainer:
                                                 if isinstance(v, (int, float, str, bool))})
         if cfg.resume:
             self._resume()
+
+    def _build_model(self, parts: build.ModelParts) -> None:
+        """Take the policy model's parts; add the reference model and the optimizer, and let
+        Accelerate wrap model, optimizer and scheduler."""
+        cfg, acc = self.cfg, self.accelerator
+        self.tokenizer, self.processor = parts.tokenizer, parts.processor
+        self.logit_rows, self.fused_head = parts.logit_rows, parts.fused_head
+        self.image_slot_ids, self.lora = parts.image_slot_ids, parts.lora
+        self.share_prompts = parts.share_prompts
+        self.kl_coef = float(self.algo["kl_coef"] or 0.0)
+        # The k3 reference: a frozen copy, or under LoRA the policy with its adapters off.
+        self.use_ref = self.kl_coef > 0
+        self.ref_model = build.build_reference(cfg, self.kl_coef, self.lora, acc.device)
+        optimizer, scheduler = build.build_optimizer(parts.model, self.algo["lr"], cfg)
+        self.model, self.optimizer, self.scheduler = acc.prepare(parts.model, optimizer, scheduler)
 
     # ------------------------------------------------------------------ plumbing
     @property
@@ -328,7 +261,8 @@ class Trainer:
         from arlgym.rl.sources import AsyncSource, InProcessSource
 
         if not self.cfg.async_rollouts:
-            push = (lambda: self._push_weights(self.policy)) if self.engine == "vllm" else None
+            push = ((lambda: self._push_weights(self.policy))
+                    if self.engine in ("vllm", "vllm_server") else None)
             return InProcessSource(collector, lambda step, attempt: self._sampling(attempt, step),
                                    push=push)
         return AsyncSource(collector, self._start_async)
@@ -345,14 +279,30 @@ class Trainer:
                      num_tasks=self.local_tasks, env_seed=self._env_seed,
                      generation_batch_size=cfg.generation_batch_size,
                      torch_threads=cfg.torch_threads,
-                     extra={"collector": env_server_kwargs(cfg.env_servers)})
+                     extra={"collector": build.env_server_kwargs(cfg.env_servers),
+                            "engine": self._worker_engine()})
         return AsyncRollouts(
             spec, acc.unwrap_model(self.model).state_dict(), num_workers=cfg.rollout_workers,
             max_staleness=cfg.max_staleness, policy=cfg.staleness_policy,
             sampling=lambda task: asdict(self._sampling(0, step=task)), version=version,
             state=state)
 
+    def _worker_engine(self) -> dict[str, Any]:
+        """What the async workers sample with: their own HF copy, or a vLLM server each."""
+        if self.engine == "vllm_server":
+            return {"kind": "vllm_server", "urls": [u.strip() for u in
+                                                    self.cfg.vllm_server_urls.split(",") if u.strip()]}
+        return {"kind": "hf"}
+
     def _make_policy(self):
+        if self.engine == "vllm_server" and not self.cfg.async_rollouts:
+            from arlgym.policies.vllm_server import VLLMServerPolicy
+
+            # the server serves cfg.model from its start: the first push is the first update's.
+            # (With async_rollouts the workers own the servers; the learner keeps HF below for
+            # its in-process collector, which then only carries checkpoint fields.)
+            return VLLMServerPolicy(self._worker_engine()["urls"][0], self.tokenizer,
+                                    device=self.accelerator.device)
         if self.engine == "vllm":
             from arlgym.models import model_path
             from arlgym.policies.vllm import VLLMPolicy
@@ -424,6 +374,8 @@ class Trainer:
         if not ckpts:
             raise ConfigError(f"--resume: no checkpoint under {self.out / 'checkpoints'}")
         self._load_checkpoint(ckpts[-1])
+        # an engine with its own copy (vLLM) still holds the start weights: give it these
+        self._sync_rollout_weights()
         # rows logged after that checkpoint are replayed by this run: drop them, so the log
         # of an interrupted and resumed run equals that of an uninterrupted one
         log = self.out / "metrics.jsonl"
@@ -716,7 +668,7 @@ class Trainer:
                                   split=self.cfg.eval_split, batch_size=64, env_kwargs=self.cfg.env_kwargs,
                                   sampling=self.eval_sampling(),
                                   samples_per_task=self.cfg.eval_samples, progress=False,
-                                  **env_server_kwargs(self.cfg.env_servers))
+                                  **build.env_server_kwargs(self.cfg.env_servers))
         finally:
             model.train()
         o = summary["overall"]
@@ -836,7 +788,7 @@ class Trainer:
                     cfg.env_id, policy, episodes=cfg.test_episodes, split=cfg.test_split, out=path,
                     batch_size=64, env_kwargs=cfg.env_kwargs, progress=False,
                     sampling=self.eval_sampling(), samples_per_task=cfg.eval_samples,
-                    **env_server_kwargs(cfg.env_servers))
+                    **build.env_server_kwargs(cfg.env_servers))
                 summary.update({"checkpoint": name, "panel": panel, "panel_hash": panel["hash"],
                                 "train_step": self.step})
                 if name == "best":
@@ -911,8 +863,3 @@ def _dummy_sample(tokenizer) -> TokenSample:
                        episode_return=0.0, format_penalty=0.0, format_valid=True,
                        action_valid=True, won=False, prompt_ids=[t], response_ids=[t])
 
-
-def _has_vllm() -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec("vllm") is not None

@@ -96,7 +96,7 @@ def test_a_killed_rollout_worker_is_replaced_with_a_warning(tmp_path):
 def test_async_config_errors():
     with pytest.raises(ConfigError, match="staleness_policy='late'"):
         parse_train_config([*TINY, *ASYNC, "--staleness_policy", "late"])
-    with pytest.raises(ConfigError, match="vLLM rollout workers"):
+    with pytest.raises(ConfigError, match="a colocated vLLM engine is not one of them"):
         parse_train_config([*TINY, *ASYNC, "--rollout_engine", "vllm"])
     with pytest.raises(ConfigError, match="max_staleness"):
         parse_train_config([*TINY, *ASYNC, "--max_staleness", "-1"])

@@ -195,6 +195,20 @@ def test_a_stale_engine_shows_in_the_rollout_logprob_gap(tmp_path, fake_vllm, pe
     assert history[1]["rollout/logprob_abs_diff_mean"] > 1e-2
 
 
+def test_a_resumed_run_hands_the_engine_its_checkpoint_weights(tmp_path, fake_vllm, peaked_model,
+                                                                monkeypatch):
+    """The engine is built with the start model; a resume must push the checkpoint's weights
+    before the first rollout (negative control: without that push the gap shows at once)."""
+    _run(tmp_path, *_VLLM, "--model", peaked_model, "--max_steps", "2", "--save_steps", "2")
+    resume = [*_VLLM, "--model", peaked_model, "--max_steps", "3", "--resume", "true"]
+    _, history = _run(tmp_path, *resume)
+    assert history[0]["step"] == 3 and history[0]["rollout/logprob_abs_diff_max"] < 1e-3
+    (tmp_path / "final").rename(tmp_path / "final-1")
+    monkeypatch.setattr(Trainer, "_sync_rollout_weights", lambda self: None)
+    _, history = _run(tmp_path, *resume)
+    assert history[0]["rollout/logprob_abs_diff_mean"] > 1e-2
+
+
 def test_vllm_with_lora_syncs_merged_hf_named_weights(tmp_path, fake_vllm, peaked_model):
     trainer, history = _run(tmp_path, *_VLLM, "--model", peaked_model, "--max_steps", "1",
                             "--lora_r", "4")

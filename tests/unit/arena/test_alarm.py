@@ -105,3 +105,15 @@ def test_real_cpu_runs(name, collapsed):
     rows = [json.loads(line) for line in (DATA / name).read_text().splitlines() if line.strip()]
     verdict = detect_collapse(rows)
     assert (verdict is not None) == collapsed
+
+
+def test_a_one_step_crash_of_an_async_run_is_not_a_collapse_and_mismatch_kl_does_not_lead_it():
+    """A real async run (tests/unit/arena/data/README.md): a one-step format crash with a
+    mismatch-KL spike in that same step, not before it; the alarm (3 steps of fall) is silent."""
+    rows = [json.loads(line) for line in (DATA / "async_transient_run.jsonl").read_text().splitlines()]
+    assert detect_collapse(rows) is None
+    fmt = {r["step"]: r["env/format_valid_ratio"] for r in rows}
+    kl = {r["step"]: r["mismatch/kl"] for r in rows if "mismatch/kl" in r}
+    crash = min(s for s, v in fmt.items() if v < 0.5)
+    spike = min(s for s, v in kl.items() if v > 2 * max(kl[s2] for s2 in kl if s2 <= 3) + 0.01)
+    assert crash == spike == 5
