@@ -277,7 +277,8 @@ def read_arena_run(run: Any) -> dict[str, Any]:
             "wins": _wins_by_room(load_jsonl(run.folder / "eval" / f"test-{checkpoint}.jsonl"))}
 
 
-def _plot(sft_log: list[dict], runs: dict[str, dict[str, Any]], sft_test: float | None, path: Path) -> None:
+def _plot(sft_log: list[dict], runs: dict[str, dict[str, Any]], sft_test: float | None, path: Path,
+          baselines: dict[str, float] | None = None) -> None:
     """SFT loss; per RL run its rollout success, its validation evals, and (a star at the step
     of the checkpoint the table reports) its test success against the SFT's (eval protocol)."""
     import matplotlib
@@ -304,6 +305,8 @@ def _plot(sft_log: list[dict], runs: dict[str, dict[str, Any]], sft_test: float 
             b.axvline(run["collapse"]["step"], color=color, ls=":", lw=1)
     if sft_test is not None:
         b.axhline(sft_test, color="grey", ls=":", lw=1, label="SFT start, eval, test rooms")
+    for (name, value), style in zip((baselines or {}).items(), ("--", "-."), strict=False):
+        b.axhline(value, color="black", ls=style, lw=0.8, label=f"{name}, eval, test rooms")
     if runs:
         b.legend(fontsize=7)
     b.set(title="RL from the SFT checkpoint: success", xlabel="step", ylim=(0, 1.05))
@@ -556,7 +559,8 @@ def run_quickstart(cfg: QuickstartConfig) -> dict[str, Any]:
     arena_report = write_report([spec.out])
     timings["total_s"] = time.perf_counter() - t0
 
-    _plot(sft_stats["log"], runs, rows["SFT"]["success_rate"], out / "curves.png")
+    _plot(sft_stats["log"], runs, rows["SFT"]["success_rate"], out / "curves.png",
+          {"teacher": rows["teacher"]["success_rate"], "random moves": rows["random"]["success_rate"]})
     report = _report_lines(cfg, rows, effects, versus, runs, short, timings, sft_threads, rl_threads,
                            resumed, versus_teacher)
     print("\n" + "\n".join(report) + f"\ncurves: {out / 'curves.png'}; arena report: "
