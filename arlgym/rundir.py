@@ -119,7 +119,7 @@ PLACEMENT_NOT_SETTINGS = ("env_servers",)
 TRAIN_NOT_SETTINGS = ("output_dir", "resume", "torch_threads", "log_with", "max_minutes",
                       "save_steps", "save_total_limit", "vllm_gpu_memory_utilization",
                       "generation_batch_size", "micro_batch_tokens", "micro_batch_logits_mb",
-                      "lm_head", *PLACEMENT_NOT_SETTINGS)
+                      "lm_head", "vllm_server_urls", *PLACEMENT_NOT_SETTINGS)
 
 
 def train_settings(cfg: Any) -> dict[str, Any]:
@@ -139,12 +139,27 @@ def recorded_train_settings(folder: str | Path) -> dict[str, Any] | None:
     ``settings.json`` existed is read from the trainer's ``config.json``."""
     folder = Path(folder)
     found = read_settings(folder / SETTINGS_FILE)
-    if found is not None:
-        return found
-    legacy = read_settings(folder / "config.json")
-    if legacy and isinstance(legacy.get("config"), dict):
-        return settings_of(legacy["config"], TRAIN_NOT_SETTINGS)
-    return None
+    if found is None:
+        legacy = read_settings(folder / "config.json")
+        if not (legacy and isinstance(legacy.get("config"), dict)):
+            return None
+        found = settings_of(legacy["config"], TRAIN_NOT_SETTINGS)
+    # a setting added to TrainConfig after the folder was written takes its default there: new
+    # fields default to the behaviour that existed before them, so such a run continues
+    return {**_train_defaults(), **found}
+
+
+def _train_defaults() -> dict[str, Any]:
+    """TrainConfig's default settings, as :func:`train_settings` records them."""
+    from arlgym.rl.config import TrainConfig
+
+    values = {}
+    for f in dataclasses.fields(TrainConfig):
+        if f.default is not dataclasses.MISSING:
+            values[f.name] = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            values[f.name] = f.default_factory()
+    return settings_of(values, TRAIN_NOT_SETTINGS)
 
 
 def check_train_dir(cfg: Any, flag: str = "--output_dir") -> bool:

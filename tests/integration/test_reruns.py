@@ -116,6 +116,27 @@ def test_trainer_rerun_with_other_settings_is_refused(tmp_path):
     assert same.returncode == 0, same.stderr[-2000:]
 
 
+def test_a_setting_added_after_a_run_continues_it_at_its_default(tmp_path):
+    """A run recorded before a TrainConfig field existed continues when the field is at its
+    default (new fields default to the behaviour before them) and is refused when it is not."""
+    from arlgym.rl.cli import parse_train_config
+    from arlgym.rundir import check_train_dir, record_train_settings, train_settings
+
+    cfg = parse_train_config([*TINY, "--max_steps", "1", "--output_dir", str(tmp_path)])
+    record_train_settings(cfg)
+    older = {k: v for k, v in train_settings(cfg).items() if not k.startswith("eval_t")}
+    assert len(older) < len(train_settings(cfg))          # the record lacks eval_temperature/top_*
+    write_settings(tmp_path / "settings.json", older)
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1}\n')
+    assert check_train_dir(cfg) is True
+    sampled = parse_train_config([*TINY, "--max_steps", "1", "--output_dir", str(tmp_path),
+                                  "--eval_temperature", "0.6"])
+    with pytest.raises(SettingsMismatch, match=r"eval_temperature 0.0 -> 0.6"):
+        check_train_dir(sampled)
+    # where the rollout engine's server is, like where the envs are, is not a setting
+    assert "vllm_server_urls" not in train_settings(cfg) and "env_servers" not in train_settings(cfg)
+
+
 # ------------------------------------------------------------------ arlgym arena run
 def _fake_finished_run(folder: Path, settings: dict) -> None:
     """A run folder as a finished run leaves it: final/ and its settings record."""
