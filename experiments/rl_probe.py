@@ -66,12 +66,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         start_dir = out / f"start{args.sft_steps}"
         start_dir.mkdir(parents=True, exist_ok=True)
         sft_dir, _ = weak_start(start_dir, args.demos, args.sft_steps, 0, args.test)
-    # the quickstart's own eval file when there is one: the start is not evaluated twice
-    greedy_file = start_dir / ("eval_sft.jsonl" if args.start else "eval_start.jsonl")
-    before = {"greedy": greedy_eval(f"hf:{sft_dir}", args.test, greedy_file)}
+    # the start's evals live beside the probe (a quickstart's own eval_sft.jsonl follows its
+    # eval protocol, the paper's sampling by default, not this probe's greedy one)
+    evals_dir = out if args.start else start_dir
+    evals_dir.mkdir(parents=True, exist_ok=True)
+    before = {"greedy": greedy_eval(f"hf:{sft_dir}", args.test, evals_dir / "eval_start.jsonl")}
     if args.sampled:
         before["sampled"] = sampled_eval(f"hf:{sft_dir}", args.test, args.sampled,
-                                         start_dir / f"eval_start_sampled{args.sampled}.jsonl")
+                                         evals_dir / f"eval_start_sampled{args.sampled}.jsonl")
     run = out / args.name
     steps = ["--max_steps", str(max(args.eval_at))] if args.eval_at else []
     cfg = parse_train_config(["--model", str(sft_dir), "--output_dir", str(run), "--log_with", "none",
