@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
@@ -51,15 +50,11 @@ ORDER = ["sync", "async2", "async2tis", "async2mis", "async2icepop"]
 
 
 def mean_se(values: Sequence[float]) -> tuple[float, float]:
-    """Mean and standard error of the mean (nan when undefined)."""
-    vals = [v for v in values if v == v]
-    n = len(vals)
-    if n == 0:
-        return float("nan"), float("nan")
-    m = sum(vals) / n
-    if n == 1:
-        return m, float("nan")
-    return m, math.sqrt(sum((v - m) ** 2 for v in vals) / (n - 1) / n)
+    """Mean and standard error of the mean over the values that are not nan (nan when
+    undefined): the arena report's rule."""
+    from arlgym.arena.report import mean_se as report_mean_se
+
+    return report_mean_se([v for v in values if v == v])
 
 
 def _col(rows: Sequence[dict[str, Any]], key: str) -> list[tuple[int, float]]:

@@ -37,7 +37,8 @@ from arlgym.arena.alarm import detect_collapse
 from arlgym.errors import ConfigError
 from arlgym.rl import metrics as M
 
-__all__ = ["RunResult", "load_runs", "pick_checkpoint", "build_table", "write_report", "DIMENSIONS", "CURVES"]
+__all__ = ["RunResult", "load_runs", "pick_checkpoint", "build_table", "write_report", "DIMENSIONS", "CURVES",
+           "mean_se"]
 
 #: Table 3's rows: design dimension -> presets (paper Table 1 / §4), in the paper's order
 DIMENSIONS: dict[str, list[str]] = {
@@ -158,7 +159,8 @@ def check_panels(runs: Sequence[RunResult]) -> dict[str, str | None]:
     return out
 
 
-def _mean_se(values: Sequence[float]) -> tuple[float, float]:
+def mean_se(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and standard error of the mean over seeds (SE nan for one value)."""
     n = len(values)
     if n == 0:
         return float("nan"), float("nan")
@@ -215,8 +217,8 @@ def build_table(runs: Sequence[RunResult], checkpoint: str = "auto") -> dict[str
             picks = [pick_checkpoint(r, checkpoint) for r in group]
             succ = [p[1]["success_rate"] for p in picks if p[1] is not None]
             score = [p[1].get("mean_score", float("nan")) for p in picks if p[1] is not None]
-            m, se = _mean_se(succ)
-            sm, sse = _mean_se(score)
+            m, se = mean_se(succ)
+            sm, sse = mean_se(score)
             collapsed = [{"seed": r.seed, "step": r.collapse["step"]} for r in group if r.collapse]
             row["envs"][env] = {
                 "success_mean": m, "success_se": se, "score_mean": sm, "score_se": sse,
@@ -225,8 +227,8 @@ def build_table(runs: Sequence[RunResult], checkpoint: str = "auto") -> dict[str
                 "seeds": [r.seed for r in group], "n_eval": len(succ),
                 "collapsed": collapsed,
                 "steps": [len(r.rows) for r in group],
-                "env_steps": _mean_se([r.total(M.TURNS) for r in group])[0],
-                "tokens": _mean_se([r.total(M.TOKENS) for r in group])[0],
+                "env_steps": mean_se([r.total(M.TURNS) for r in group])[0],
+                "tokens": mean_se([r.total(M.TOKENS) for r in group])[0],
             }
         rows.append(row)
     for env in envs:  # % change against GRPO (same override variant when there is one)
