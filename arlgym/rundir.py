@@ -145,7 +145,9 @@ def recorded_train_settings(folder: str | Path) -> dict[str, Any] | None:
             return None
         found = settings_of(legacy["config"], TRAIN_NOT_SETTINGS)
     # a setting added to TrainConfig after the folder was written takes its default there: new
-    # fields default to the behaviour that existed before them, so such a run continues
+    # fields default to the behaviour that existed before them, so such a run continues; a field
+    # recorded then and counted as placement or speed since is not compared
+    found = {k: v for k, v in found.items() if k not in TRAIN_NOT_SETTINGS}
     return {**_train_defaults(), **found}
 
 

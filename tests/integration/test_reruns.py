@@ -133,8 +133,11 @@ def test_a_setting_added_after_a_run_continues_it_at_its_default(tmp_path):
                                   "--eval_temperature", "0.6"])
     with pytest.raises(SettingsMismatch, match=r"eval_temperature 0.0 -> 0.6"):
         check_train_dir(sampled)
-    # where the rollout engine's server is, like where the envs are, is not a setting
+    # where the rollout engine's server is, like where the envs are, is not a setting; a record
+    # written while it still was one continues too
     assert "vllm_server_urls" not in train_settings(cfg) and "env_servers" not in train_settings(cfg)
+    write_settings(tmp_path / "settings.json", {**train_settings(cfg), "vllm_server_urls": ""})
+    assert check_train_dir(cfg) is True
 
 
 # ------------------------------------------------------------------ arlgym arena run
