@@ -60,7 +60,7 @@ class QuickstartConfig:
     sft_epochs: int = 3
     #: SFT optimizer steps (0: use sft_epochs): ~7 passes, until the imitation is about as good
     #: as its teacher (52-61% of the held-out rooms by seed under the paper's sampling; the
-    #: teacher 53%, random moves 28-31%)
+    #: teacher 53%, random moves 27-31%)
     sft_steps: int = 600
     #: optional guard (minutes): stop SFT when it is spent — the run is then marked cut short
     sft_minutes: float | None = None
