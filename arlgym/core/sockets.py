@@ -8,10 +8,11 @@ log line from inside the server thread.
 from __future__ import annotations
 
 import socket
+from typing import Any
 
 from arlgym.errors import ConfigError
 
-__all__ = ["listening_socket"]
+__all__ = ["listening_socket", "serve_until_interrupted"]
 
 
 def listening_socket(host: str, port: int, *, backlog: int, purpose: str) -> socket.socket:
@@ -26,3 +27,13 @@ def listening_socket(host: str, port: int, *, backlog: int, purpose: str) -> soc
                           "Fix: choose another --port (0: any free one)") from None
     sock.listen(backlog)
     return sock
+
+
+def serve_until_interrupted(serve_forever: Any) -> int:
+    """Run a foreground server's ``serve_forever`` until Ctrl-C; exit status 0 either way (a
+    person stopping ``arlgym serve`` or ``arlgym webshop serve`` is the normal end)."""
+    import contextlib
+
+    with contextlib.suppress(KeyboardInterrupt):
+        serve_forever()
+    return 0

@@ -79,11 +79,9 @@ def _serve(args: argparse.Namespace) -> int:
           f"{args.max_sessions} sessions, idle ones closed after {args.ttl:g} s). "
           f"OpenEnv clients: GenericEnvClient(base_url='{server.url}'). Ctrl-C stops.",
           flush=True)
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    return 0
+    from arlgym.core.sockets import serve_until_interrupted
+
+    return serve_until_interrupted(server.serve_forever)
 
 
 def add_subparser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:

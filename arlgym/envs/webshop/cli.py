@@ -23,11 +23,9 @@ def _serve(args: argparse.Namespace) -> int:
     print(f"WebShop: {len(catalog.products)} products, {high - low} {args.split} goals. "
           f"Open {server.url}/ (each visit: a new goal; a session "
           f"unused for {args.ttl:g} s is forgotten). Ctrl-C stops.")
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    return 0
+    from arlgym.core.sockets import serve_until_interrupted
+
+    return serve_until_interrupted(server.serve_forever)
 
 
 def add_subparser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
