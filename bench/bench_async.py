@@ -1,7 +1,6 @@
 """Synchronous vs asynchronous rollouts: throughput and idle time of one trainer config.
 
-For each env (default: ALFWorld, whose PDDL steps take tens of milliseconds, TIR Math, with
-its sandboxed code cells, and Sokoban, model-bound on CPU) it
+For each env (default: ALFWorld, TIR Math, with its sandboxed code cells, and Sokoban) it
 trains the same preset from the same seed three or more ways — synchronous, and
 ``async_rollouts`` with ``max_staleness`` k for each ``--ks`` value (``staleness_policy pace``,
 ``--workers`` rollout processes) — and reports, over the steps after ``--warmup``:
@@ -13,11 +12,16 @@ trains the same preset from the same seed three or more ways — synchronous, an
 * rollout busy — the fraction of the workers' wall time spent playing jobs (async);
 * staleness — mean staleness of the trained turns.
 
+With the tiny model on CPU every env's rollout time is mostly the sampler's: profiled in an
+async ALFWorld run (py-spy on the rollout worker), HF generate took 89% of the worker's time,
+ALFWorld's resets 9% and its steps (~1.5 ms each) less than 1%.
+
 All runs of one invocation share the machine's conditions; compare ratios within one run, not
 absolute figures across machines. Worker start-up (a process that loads torch and the model) is
 outside the measured steps when ``--warmup`` >= 1.
 
     python bench/bench_async.py --steps 8 --warmup 2 --ks 1,2 --workers 1
+    python bench/bench_async.py --envs alfworld --steps 6 --warmup 2 --ks 1 --rollout-logprobs
 """
 
 from __future__ import annotations
@@ -79,15 +83,23 @@ def main() -> None:
     p.add_argument("--num_tasks", type=int, default=4)
     p.add_argument("--group_size", type=int, default=4)
     p.add_argument("--max_new_tokens", type=int, default=32)
+    p.add_argument("--rollout-logprobs", action="store_true",
+                   help="also run each async variant with --old_logprobs rollout: the PPO ratio "
+                        "anchored at the sampler's log-probs, so the learner skips the forward "
+                        "pass that recomputes a stale batch's old log-probs")
     p.add_argument("--out", default=None, help="write the results as JSON here")
     args = p.parse_args()
     results: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for env in args.envs.split(","):
-            variants = [("sync", [])] + [
-                (f"async k={k}", ["--async_rollouts", "true", "--max_staleness", k,
-                                  "--rollout_workers", str(args.workers)])
-                for k in args.ks.split(",")]
+            variants = [("sync", [])]
+            for k in args.ks.split(","):
+                flags = ["--async_rollouts", "true", "--max_staleness", k,
+                         "--rollout_workers", str(args.workers)]
+                variants.append((f"async k={k}", flags))
+                if args.rollout_logprobs:
+                    variants.append((f"async k={k} rollout-logprobs",
+                                     [*flags, "--old_logprobs", "rollout"]))
             for name, extra in variants:
                 key = f"{env} / {name}"
                 results[key] = run(env, extra, args, Path(tmp) / key.replace(" ", "_").replace("/", "-"))

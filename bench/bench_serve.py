@@ -5,7 +5,9 @@
 2. Memory per open session: the server's RSS before and after ``--sessions`` Sokoban sessions
    are opened and reset.
 3. Saturation throughput: ``--clients`` closed-loop WebSocket sessions stepping Sokoban as fast
-   as the server answers (steps/s), then the latency (p50/p99) at half that load, paced.
+   as the server answers (steps/s), then the latency (p50/p99) at half that load, paced. The
+   rate is also given as a ratio to one core stepping the same envs and resets in process,
+   measured in the same run: hosts of one type differ in speed by more than the load explains.
 5. CPU per Sokoban step (``--parts cpu``): the server process's CPU time (user + system, from
    ``/proc``) and the load generator's (``time.process_time``) per step under closed-loop
    load, on two servers started side by side, one stepping Sokoban on its event loop (the
@@ -354,11 +356,17 @@ def server_parts(args: argparse.Namespace, out: dict[str, object]) -> None:
               f"-> {mem['rss_after_mib']:.0f} MiB ({mem['kib_per_session']:.1f} KiB/session)",
               flush=True)
         sat = asyncio.run(load(url, args.clients, args.seconds, None, proc.pid))
+        # the host's speed, measured in the same run: one core stepping the same workload in
+        # process; the ratio carries across machines where the absolute rate does not
+        ref = 1e6 / in_process_cpu(args.clients, 4000)
+        sat["in_process_steps_per_s"] = ref
+        sat["vs_in_process"] = sat["steps_per_s"] / ref
         out["saturation"] = sat
         print(f"saturation, {sat['clients']} closed-loop clients: {sat['steps_per_s']:.0f} "
               f"steps/s (p50 {sat['p50_ms']:.2f} ms, p99 {sat['p99_ms']:.2f} ms; server "
               f"{sat['server_cpu_us_per_step']:.0f}, client {sat['client_cpu_us_per_step']:.0f} "
-              "CPU-us/step)", flush=True)
+              f"CPU-us/step) = {sat['vs_in_process']:.2f}x one core stepping the same envs in "
+              f"process ({ref:.0f} steps/s on this host)", flush=True)
         half = asyncio.run(load(url, args.clients, args.seconds, sat["steps_per_s"] / 2))
         out["half_load"] = half
         print(f"half load, paced at {sat['steps_per_s'] / 2:.0f} steps/s: served "

@@ -122,10 +122,13 @@ def _worker_main(spec: _Spec, jobs: Any, weights: Any, results: Any, index: int 
     from arlgym.rollout import RolloutCollector
 
     policy, load = worker_engine(spec, index)
+    # the vector's mode as in the synchronous trainer ("auto"): envs that are not thread-safe
+    # (ALFWorld) step and reset in their own processes, off the worker's sampling thread, on
+    # whatever core is free — the learner's idle time included
     collector = RolloutCollector(spec.env_id, policy, group_size=spec.group_size,
                                  num_tasks=spec.num_tasks, env_kwargs=spec.env_kwargs,
-                                 seed=spec.env_seed, mode="sync", progress=False,
-                                 **spec.extra.get("collector", {}))  # remote envs: servers=...
+                                 seed=spec.env_seed, progress=False,
+                                 **{"mode": "auto", **spec.extra.get("collector", {})})
     version = -1
 
     def newest(block: bool) -> None:

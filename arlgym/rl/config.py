@@ -142,7 +142,10 @@ class TrainConfig:
                                    "forward pass of the trainer, as verl) | rollout (the sampler's "
                                    "own) | auto (rollout for HF generate, which samples from the "
                                    "live fp32 model, so both agree to ~1e-6 and the pass is saved; "
-                                   "recompute for vLLM and for EMPG, which needs the entropies).")
+                                   "recompute for vLLM, for EMPG, which needs the entropies, and "
+                                   "for stale async batches). rollout with async_rollouts anchors "
+                                   "the PPO ratio at the policy that sampled (up to max_staleness "
+                                   "updates old) and saves the learner that pass (docs/async.md).")
     rollout_correction: str = _f("none", "Off-policy correction of the gap between the sampler's "
                                          "log-probs and the learner's (engine numerics, stale "
                                          "weights): none | tis_token | tis_seq (truncated IS) | "

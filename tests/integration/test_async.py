@@ -50,6 +50,18 @@ def test_staleness_0_is_the_synchronous_trainer_bit_for_bit(tmp_path):
     assert all(M.undefined(r) == [] for r in asy)
 
 
+@pytest.mark.slow  # worker processes load torch, the model and ALFWorld's engine
+def test_a_worker_steps_alfworld_in_env_processes_and_equals_the_synchronous_trainer(tmp_path):
+    # ALFWorld is not thread-safe: the worker's vector steps it in env processes of its own
+    # (mode "auto", as the synchronous trainer's); the batches stay the synchronous ones
+    alf = ["--env_id", "arl/ALFWorld-v0", "--env_kwargs", '{"max_steps": 2}', "--max_steps", "2"]
+    sync = _trainer(tmp_path / "sync", *alf).train()
+    asy = _trainer(tmp_path / "async", *alf, *ASYNC, "--max_staleness", "0").train()
+    assert [_comparable(r) for r in asy] == [_comparable(r) for r in sync]
+    assert all(r[M.TURNS] == 8 for r in asy)  # 2 tasks × 2 rollouts × 2 turns
+    assert _same_weights(tmp_path / "sync", tmp_path / "async")
+
+
 @pytest.mark.slow  # worker processes load torch + the model (~20 s on 2 busy cores)
 def test_staleness_0_resume_is_exact(tmp_path):
     a, b = tmp_path / "straight", tmp_path / "resumed"
@@ -74,6 +86,20 @@ def test_staleness_1_holds_and_stale_batches_get_the_learners_old_logprobs(tmp_p
     # the sampler was one update behind: its log-probs differ from the learner's own
     assert all(r[M.MISMATCH_KL] > 0 and r[M.LOGPROB_DIFF_MEAN] > 1e-4 for r in stale)
     assert all(0.0 <= r[M.ASYNC_BUSY] <= 1.0 for r in rows)
+
+
+@pytest.mark.slow  # worker processes load torch + the model (~20 s on 2 busy cores)
+def test_old_logprobs_rollout_anchors_a_stale_batch_at_the_sampler(tmp_path):
+    # one mini-batch a step: with recomputed old log-probs the ratio is 1 before the update
+    # (PPO KL 0); anchored at the sampler one update behind, it starts away from 1
+    rows = _trainer(tmp_path, "--max_steps", "4", *ASYNC, "--max_staleness", "1",
+                    "--rollout_workers", "2", "--old_logprobs", "rollout").train()
+    stale = [r for r in rows if r[M.STALENESS_MAX] == 1]
+    fresh = [r for r in rows if r[M.STALENESS_MAX] == 0]
+    assert stale, "two workers and k=1: some batch is sampled one update behind"
+    assert all(M.MISMATCH_KL not in r for r in rows)  # nothing recomputed to compare with
+    assert all(r[M.PPO_KL_K3] > 1e-6 for r in stale)
+    assert all(r[M.PPO_KL_K3] < 1e-6 for r in fresh)
 
 
 @pytest.mark.slow  # worker processes load torch + the model (~20 s on 2 busy cores)
