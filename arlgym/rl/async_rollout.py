@@ -109,9 +109,21 @@ def worker_engine(spec: _Spec, index: int) -> tuple[Any, Any]:
     from arlgym.policies.hf import HFPolicy
 
     model, tokenizer = load_model_and_tokenizer(spec.model, seed=spec.seed)
+    lora = spec.extra.get("lora")
+    if lora:  # the learner's wrap, so its adapters load by name; pushes carry only those
+        from arlgym.rl.lora import apply_lora
+
+        model = apply_lora(model, lora["r"], lora["alpha"], target_modules=lora["target_modules"])
     model.eval()
     policy = HFPolicy(model, tokenizer=tokenizer, batch_size=spec.generation_batch_size)
-    return policy, lambda _version, state: model.load_state_dict(state)
+
+    def load_hf(_version: int, state: dict[str, Any]) -> None:
+        missing, unexpected = model.load_state_dict(state, strict=not lora)
+        if unexpected or (lora and any("lora_" in k for k in missing)):
+            raise WorkerError(f"rollout worker {index}: the pushed weights do not fit its model "
+                              f"(unexpected {unexpected[:3]}, missing {missing[:3]})")
+
+    return policy, load_hf
 
 
 def _worker_main(spec: _Spec, jobs: Any, weights: Any, results: Any, index: int = 0) -> None:

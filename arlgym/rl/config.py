@@ -256,9 +256,6 @@ class TrainConfig:
             raise ConfigError("async_rollouts runs its engines in worker processes; a colocated "
                               "vLLM engine is not one of them. Fix: --rollout_engine hf, or "
                               "vllm_server with --vllm_server_urls")
-        if self.async_rollouts and self.lora_r:
-            raise ConfigError("async_rollouts with LoRA is not available yet (the workers take "
-                              "full weights). Fix: --lora_r 0 or --async_rollouts false")
         if self.ppo_epochs < 1:
             raise ConfigError(f"ppo_epochs must be >= 1, got {self.ppo_epochs}")
         for name in ("env_kwargs", "loss_kwargs", "advantage_kwargs"):

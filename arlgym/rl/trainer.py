@@ -273,19 +273,35 @@ class Trainer:
 
         from arlgym.rl.async_rollout import AsyncRollouts, _Spec
 
-        cfg, acc = self.cfg, self.accelerator
+        cfg = self.cfg
         spec = _Spec(model=cfg.model, seed=cfg.seed, env_id=cfg.env_id,
                      env_kwargs=dict(cfg.env_kwargs), group_size=cfg.group_size,
                      num_tasks=self.local_tasks, env_seed=self._env_seed,
                      generation_batch_size=cfg.generation_batch_size,
                      torch_threads=cfg.torch_threads,
                      extra={"collector": build.env_server_kwargs(cfg.env_servers),
-                            "engine": self._worker_engine()})
+                            "engine": self._worker_engine(), "lora": self._worker_lora()})
         return AsyncRollouts(
-            spec, acc.unwrap_model(self.model).state_dict(), num_workers=cfg.rollout_workers,
+            spec, self._rollout_weights(), num_workers=cfg.rollout_workers,
             max_staleness=cfg.max_staleness, policy=cfg.staleness_policy,
             sampling=lambda task: asdict(self._sampling(0, step=task)), version=version,
             state=state)
+
+    def _worker_lora(self) -> dict[str, Any] | None:
+        """The LoRA wrap the async workers give their HF copy, so the learner's adapter
+        weights load into it by name (None without LoRA)."""
+        if not self.lora:
+            return None
+        return {"r": self.cfg.lora_r, "alpha": self.cfg.lora_alpha,
+                "target_modules": self.cfg.lora_target_modules}
+
+    def _rollout_weights(self) -> dict[str, Any]:
+        """What a weight push sends the async workers: the whole state dict, or with LoRA only
+        the adapters (the base weights are frozen, and the workers load the same base)."""
+        state = self.accelerator.unwrap_model(self.model).state_dict()
+        if self.lora:
+            return {k: v for k, v in state.items() if "lora_" in k}
+        return state
 
     def _worker_engine(self) -> dict[str, Any]:
         """What the async workers sample with: their own HF copy, or a vLLM server each."""
@@ -333,7 +349,7 @@ class Trainer:
 
     def _sync_rollout_weights(self) -> None:
         # vLLM and async workers keep their own copy; HF generate samples from the live model
-        self.source.updated(lambda: self.accelerator.unwrap_model(self.model).state_dict())
+        self.source.updated(self._rollout_weights)
 
     def _checkpoint_dir(self, step: int) -> Path:
         return self.out / "checkpoints" / f"step-{step:06d}"

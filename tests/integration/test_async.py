@@ -63,6 +63,23 @@ def test_a_worker_steps_alfworld_in_env_processes_and_equals_the_synchronous_tra
 
 
 @pytest.mark.slow  # worker processes load torch + the model (~20 s on 2 busy cores)
+def test_lora_staleness_0_is_the_synchronous_lora_trainer_bit_for_bit(tmp_path):
+    # the workers wrap their copy as the learner does; pushes carry the adapters alone
+    lora = ["--lora_r", "4", "--lr", "1e-2", "--max_steps", "3"]
+    sync = _trainer(tmp_path / "sync", *lora).train()
+    asy = _trainer(tmp_path / "async", *lora, *ASYNC, "--max_staleness", "0").train()
+    assert [_comparable(r) for r in asy] == [_comparable(r) for r in sync]
+    assert _same_weights(tmp_path / "sync", tmp_path / "async")
+    start = _trainer(tmp_path / "start", "--max_steps", "0")  # the base weights, unmerged
+    try:
+        base = start.accelerator.unwrap_model(start.model).state_dict()
+    finally:
+        start.close()
+    final = _weights(tmp_path / "async")
+    assert any(not torch.equal(final[k], base[k]) for k in final if k in base)  # adapters trained
+
+
+@pytest.mark.slow  # worker processes load torch + the model (~20 s on 2 busy cores)
 def test_staleness_0_resume_is_exact(tmp_path):
     a, b = tmp_path / "straight", tmp_path / "resumed"
     k0 = [*ASYNC, "--max_staleness", "0"]
