@@ -105,17 +105,22 @@ def worker_engine(spec: _Spec, index: int) -> tuple[Any, Any]:
                 policy.sync_weights(state.items())
 
         return policy, load_server
-    from arlgym.models import load_model_and_tokenizer
+    from arlgym.models import is_vision_model, load_model_and_tokenizer, load_processor
     from arlgym.policies.hf import HFPolicy
 
     model, tokenizer = load_model_and_tokenizer(spec.model, seed=spec.seed)
+    # a vision-language model samples with its processor, as the learner's own policy does
+    processor = load_processor(spec.model) if is_vision_model(model) else None
+    if processor is not None:
+        tokenizer = processor.tokenizer
     lora = spec.extra.get("lora")
     if lora:  # the learner's wrap, so its adapters load by name; pushes carry only those
         from arlgym.rl.lora import apply_lora
 
         model = apply_lora(model, lora["r"], lora["alpha"], target_modules=lora["target_modules"])
     model.eval()
-    policy = HFPolicy(model, tokenizer=tokenizer, batch_size=spec.generation_batch_size)
+    policy = HFPolicy(model, tokenizer=tokenizer, processor=processor,
+                      batch_size=spec.generation_batch_size)
 
     def load_hf(_version: int, state: dict[str, Any]) -> None:
         missing, unexpected = model.load_state_dict(state, strict=not lora)
@@ -169,10 +174,9 @@ def _worker_main(spec: _Spec, jobs: Any, weights: Any, results: Any, index: int 
             t0 = time.perf_counter()
             trajs = collector.collect(sampling=SamplingParams(**job.sampling))
             busy = time.perf_counter() - t0
-            for traj in trajs:
+            for traj in trajs:  # vision turns keep their image inputs: the learner trains on them
                 for step in traj.steps:
                     step.policy_version = version
-                    step.image = step.image_inputs = None
             results.put((job.gid, version, trajs, busy, collector.pop_metrics()))
     finally:
         collector.close()

@@ -119,9 +119,6 @@ def build_model(cfg: TrainConfig) -> ModelParts:
     model, tokenizer = load_model_and_tokenizer(cfg.model, seed=cfg.seed)
     # A vision-language model samples and trains with its processor's image inputs.
     processor = load_processor(cfg.model) if is_vision_model(model) else None
-    if cfg.async_rollouts and processor is not None:
-        raise ConfigError("async_rollouts does not take vision-language models yet. Fix: "
-                          "--async_rollouts false")
     if processor is not None:
         tokenizer = processor.tokenizer
     logit_rows = logit_rows_budget(cfg.micro_batch_logits_mb, model)

@@ -80,6 +80,16 @@ def test_lora_staleness_0_is_the_synchronous_lora_trainer_bit_for_bit(tmp_path):
 
 
 @pytest.mark.slow  # worker processes load torch + the model (~20 s on 2 busy cores)
+def test_vision_staleness_0_is_the_synchronous_trainer_bit_for_bit(tmp_path):
+    # the workers sample with the processor and send each turn's image inputs back
+    vis = ["--env_id", "arl/SokobanVision-v0", "--model", "tiny-vl", "--max_steps", "2"]
+    sync = _trainer(tmp_path / "sync", *vis).train()
+    asy = _trainer(tmp_path / "async", *vis, *ASYNC, "--max_staleness", "0").train()
+    assert [_comparable(r) for r in asy] == [_comparable(r) for r in sync]
+    assert _same_weights(tmp_path / "sync", tmp_path / "async")
+
+
+@pytest.mark.slow  # worker processes load torch + the model (~20 s on 2 busy cores)
 def test_staleness_0_resume_is_exact(tmp_path):
     a, b = tmp_path / "straight", tmp_path / "resumed"
     k0 = [*ASYNC, "--max_staleness", "0"]
