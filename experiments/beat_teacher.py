@@ -81,6 +81,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--eval-samples", type=int, default=4)
     ap.add_argument("--eval-env-kwargs", default="{}",
                     help="JSON env kwargs of every eval (e.g. larger rooms than the demonstrations')")
+    ap.add_argument("--demo-env-kwargs", default="{}",
+                    help="JSON env kwargs of the teacher's demonstrations (e.g. '{\"dim_room\": 7}'); "
+                         "the data and SFT folders are named after them")
     ap.add_argument("--rl-from", type=int, default=None, metavar="N", help="RL from sft<N>")
     ap.add_argument("--rl-name", default="rl")
     ap.add_argument("--rl-start", default=None, metavar="DIR",
@@ -107,19 +110,22 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     result["random"] = sum(random) / len(random)
     print(f"teacher {result['teacher']:.1%}  random {result['random']:.1%}", flush=True)
 
-    data = out / f"data-s{args.seed}"
+    demo_kwargs = json.loads(args.demo_env_kwargs)
+    demo = "".join(f"-{k}{v}" for k, v in sorted(demo_kwargs.items()))  # folder-name suffix
+    data = out / f"data-s{args.seed}{demo}"
     collect_sft(CollectConfig(policy=args.teacher, episodes=args.episodes, seed=args.seed,
-                              batch_tasks=64, min_score=0.0 if args.keep_all else None), data)
+                              batch_tasks=64, min_score=0.0 if args.keep_all else None,
+                              env_kwargs=demo_kwargs or None), data)
     for steps in args.sft_steps:
-        sft_dir = out / f"sft{steps}-s{args.seed}"
-        stats_path = out / f"sft{steps}-s{args.seed}.stats.json"
+        sft_dir = out / f"sft{steps}-s{args.seed}{demo}"
+        stats_path = out / f"sft{steps}-s{args.seed}{demo}.stats.json"
         if not stats_path.exists():
             t = time.process_time()
             stats = train_sft(SFTRunConfig(data=(str(data),), model="tiny", output_dir=str(sft_dir),
                                            engine="prefix", max_steps=steps, lr=1e-3,
                                            batch_size=32, seed=args.seed, logging_steps=50))
             stats_path.write_text(json.dumps({"steps": stats["steps"], "cpu_s": time.process_time() - t}))
-        wins = _eval(f"sft{steps}-s{args.seed}", f"hf:{sft_dir}", args.test, out)
+        wins = _eval(f"sft{steps}-s{args.seed}{demo}", f"hf:{sft_dir}", args.test, out)
         effect = paired_difference(teacher, wins)
         result[f"sft{steps}"] = {"success": sum(wins) / len(wins), "vs_teacher": effect,
                                  **json.loads(stats_path.read_text())}
@@ -130,8 +136,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         from arlgym.rl.cli import parse_train_config
         from arlgym.rl.trainer import Trainer
 
-        start = out / f"sft{args.rl_from}-s{args.seed}"
-        start_wins = _eval(f"sft{args.rl_from}-s{args.seed}", f"hf:{start}", args.test, out)
+        start = out / f"sft{args.rl_from}-s{args.seed}{demo}"
+        start_wins = _eval(f"sft{args.rl_from}-s{args.seed}{demo}", f"hf:{start}", args.test, out)
         run_dir = out / f"{args.rl_name}-s{args.seed}"
         model = Path(args.rl_start) if args.rl_start else start
         flags = ["--model", str(model), "--output_dir", str(run_dir), "--max_new_tokens", "24",

@@ -34,3 +34,18 @@ def test_beat_teacher_runs_every_phase(tmp_path):
     samples = [json.loads(x) for x in (out / "data-s0" / "samples.jsonl").read_text().splitlines()]
     assert samples and all(s["policy"] == "greedy" and s["won"] for s in samples)
     assert "RL r:" in proc.stdout and "vs_teacher" in proc.stdout
+
+
+@pytest.mark.slow
+def test_demonstrations_on_other_rooms_get_their_own_folders(tmp_path):
+    out = tmp_path / "bt"
+    cmd = [sys.executable, str(REPO / "experiments" / "beat_teacher.py"), "--out", str(out),
+           "--episodes", "16", "--sft-steps", "2", "--test", "4",
+           "--demo-env-kwargs", '{"dim_room": 7}', "--eval-env-kwargs", '{"dim_room": 7}']
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    meta = json.loads((out / "data-s0-dim_room7" / "meta.json").read_text())
+    assert meta["identity"]["env_kwargs"] == {"dim_room": 7}
+    assert (out / "sft2-s0-dim_room7").is_dir() and not (out / "data-s0").exists()
+    assert (out / "eval_sft2-s0-dim_room7-dim_room7.json").exists()
