@@ -65,10 +65,6 @@ def check_setup(cfg: TrainConfig, num_processes: int, advantage: str) -> int:
         raise ConfigError("rollout_engine vllm_server drives its servers from one process (the "
                           "NCCL weight group has one trainer rank). Fix: launch one process, or "
                           "--rollout_engine vllm (colocated, one engine per rank)")
-    if cfg.async_rollouts and num_processes > 1:
-        raise ConfigError("async_rollouts runs on one process for now (its workers are "
-                          "processes of their own). Fix: launch without accelerate's "
-                          "multi-process config, or --async_rollouts false")
     return cfg.num_tasks // num_processes
 
 

@@ -1,5 +1,5 @@
 """The RL trainer end to end on CPU with the tiny model: every preset runs a step, resume is
-exact, `accelerate launch` with 2 processes completes, the CLI validates its input."""
+exact, `accelerate launch` with 2 processes completes (synchronous, and with async rollout workers per rank), the CLI validates its input."""
 
 import json
 import subprocess
@@ -117,23 +117,41 @@ def test_config_errors(tmp_path):
         parse_train_config([*TINY, "--rollout_engine", "tpu"])
 
 
-@pytest.mark.slow
-def test_accelerate_launch_two_cpu_processes(tmp_path):
+def _launch_two_processes(out, *extra):
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
            str(ROOT / "configs/accelerate/cpu.yaml"), str(ROOT / "trainers/sampo.py"),
            "--config", str(ROOT / "configs/sokoban-tiny-cpu.yaml"), "--algo", "sampo",
-           "--max_steps", "3", "--output_dir", str(tmp_path), "--num_tasks", "2",
+           "--max_steps", "3", "--output_dir", str(out), "--num_tasks", "2",
            "--group_size", "2", "--max_new_tokens", "8", "--env_kwargs", '{"max_steps": 3}',
-           "--save_steps", "3"]
+           "--save_steps", "3", *extra]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1200, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
-    assert [json.loads(x)["step"] for x in lines] == [1, 2, 3]
-    assert (tmp_path / "final" / "model.safetensors").exists()
+    return [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.slow
+def test_accelerate_launch_two_cpu_processes_sync_and_async(tmp_path):
+    rows = _launch_two_processes(tmp_path / "sync")
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    assert (tmp_path / "sync" / "final" / "model.safetensors").exists()
     # really two ranks (each saves its own task-stream position), one group each
-    ckpt = tmp_path / "checkpoints" / "step-000003"
+    ckpt = tmp_path / "sync" / "checkpoints" / "step-000003"
     assert sorted(p.name for p in ckpt.glob("collector_rank*.json")) == [
         "collector_rank0.json", "collector_rank1.json"]
+    # each rank with rollout workers of its own; staleness 0 is the synchronous run bit for bit
+    asy = _launch_two_processes(tmp_path / "async", "--async_rollouts", "true",
+                                "--max_staleness", "0")
+    timing = ("time/", "async/", "staleness/")
+    assert ([{k: v for k, v in r.items() if not k.startswith(timing) and k != M.TOKENS_PER_S}
+             for r in asy] ==
+            [{k: v for k, v in r.items() if not k.startswith(timing) and k != M.TOKENS_PER_S}
+             for r in rows])
+    wa, wb = _weights(tmp_path / "sync"), _weights(tmp_path / "async")
+    assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
+    for rank in (0, 1):
+        state = json.loads((tmp_path / "async" / "checkpoints" / "step-000003" /
+                            f"collector_rank{rank}.json").read_text())
+        assert state["async"]["next_task"] >= 3
 
 
 def test_shared_prompts_change_compute_not_results(tmp_path):
