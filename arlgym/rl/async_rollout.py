@@ -86,12 +86,27 @@ def worker_engine(spec: _Spec, index: int) -> tuple[Any, Any]:
     """Worker ``index``'s policy and its weight loader ``load(version, state_dict)``.
 
     ``spec.extra["engine"]``: ``{"kind": "hf"}`` (default) — an HF copy of the model in the
-    worker; ``{"kind": "vllm_server", "urls": [...]}`` — the worker samples from server
+    worker; ``{"kind": "vllm", "gpu_memory_utilization": f}`` — a vLLM engine in the worker
+    (:class:`~arlgym.policies.vllm.VLLMPolicy`, HF-named weights loaded in place at each
+    version); ``{"kind": "vllm_server", "urls": [...]}`` — the worker samples from server
     ``urls[index]`` (:class:`~arlgym.policies.vllm_server.VLLMServerPolicy`) and forwards each
     new version's weights to it between jobs, so every job still has one version. Version 0 is
     not sent: the server was started with the run's start model.
     """
     engine = spec.extra.get("engine") or {"kind": "hf"}
+    if engine["kind"] == "vllm":  # a vLLM engine of the worker's own, on the learner's GPU(s)
+        from arlgym.models import model_path
+        from arlgym.policies.vllm import VLLMPolicy
+
+        policy = VLLMPolicy(str(model_path(spec.model, seed=spec.seed)),
+                            gpu_memory_utilization=engine["gpu_memory_utilization"],
+                            seed=spec.seed + index, **engine.get("engine_kwargs", {}))
+
+        def load_vllm(_version: int, state: dict[str, Any]) -> None:
+            # every version, the first too: a resumed run's weights are not the start model's
+            policy.sync_weights(state.items())
+
+        return policy, load_vllm
     if engine["kind"] == "vllm_server":
         from arlgym.models import load_tokenizer
         from arlgym.policies.vllm_server import GROUP_PORT, VLLMServerPolicy

@@ -84,7 +84,9 @@ class TrainConfig:
                               "Empty: local envs. A token, if the servers need "
                               "one, comes from $ARLGYM_SERVE_TOKEN (never written to config.json).")
     vllm_gpu_memory_utilization: float = _f(0.3, "Fraction of GPU memory each colocated vLLM "
-                                                  "engine may take (the rest is for training).")
+                                                  "engine may take (the rest is for training); "
+                                                  "one engine per rank, or with async_rollouts "
+                                                  "one per rollout worker.")
     vllm_max_model_len: int = _f(0, "vLLM context length (0: the model's own; set it to prompt + "
                                     "response length to shrink the KV cache reservation).")
     async_rollouts: bool = _f(False, "Play rollouts in worker processes (each with its own "
@@ -252,10 +254,6 @@ class TrainConfig:
         if self.staleness_policy not in POLICIES:
             raise ConfigError(f"staleness_policy={self.staleness_policy!r} is unknown: expected "
                               f"one of {', '.join(POLICIES)}. Fix: --staleness_policy pace")
-        if self.async_rollouts and self.rollout_engine == "vllm":
-            raise ConfigError("async_rollouts runs its engines in worker processes; a colocated "
-                              "vLLM engine is not one of them. Fix: --rollout_engine hf, or "
-                              "vllm_server with --vllm_server_urls")
         if self.ppo_epochs < 1:
             raise ConfigError(f"ppo_epochs must be >= 1, got {self.ppo_epochs}")
         for name in ("env_kwargs", "loss_kwargs", "advantage_kwargs"):

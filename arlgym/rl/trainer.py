@@ -289,22 +289,31 @@ class Trainer:
 
     def _worker_lora(self) -> dict[str, Any] | None:
         """The LoRA wrap the async workers give their HF copy, so the learner's adapter
-        weights load into it by name (None without LoRA)."""
-        if not self.lora:
+        weights load into it by name (None without LoRA, and for vLLM workers)."""
+        if not self.lora or self.engine != "hf":
             return None
         return {"r": self.cfg.lora_r, "alpha": self.cfg.lora_alpha,
                 "target_modules": self.cfg.lora_target_modules}
 
     def _rollout_weights(self) -> dict[str, Any]:
-        """What a weight push sends the async workers: the whole state dict, or with LoRA only
-        the adapters (the base weights are frozen, and the workers load the same base)."""
-        state = self.accelerator.unwrap_model(self.model).state_dict()
+        """What a weight push sends the async workers: the whole state dict; with LoRA only
+        the adapters to HF workers (the base is frozen and they load the same one), the merged
+        HF-named weights to vLLM workers (which hold a plain model)."""
+        model = self.accelerator.unwrap_model(self.model)
+        if self.lora and self.engine == "vllm":
+            return dict(merged_weights(model))
+        state = model.state_dict()
         if self.lora:
             return {k: v for k, v in state.items() if "lora_" in k}
         return state
 
     def _worker_engine(self) -> dict[str, Any]:
-        """What the async workers sample with: their own HF copy, or a vLLM server each."""
+        """What the async workers sample with: their own HF copy, their own vLLM engine, or a
+        vLLM server each."""
+        if self.engine == "vllm":
+            kwargs = {"max_model_len": self.cfg.vllm_max_model_len} if self.cfg.vllm_max_model_len else {}
+            return {"kind": "vllm", "engine_kwargs": kwargs,
+                    "gpu_memory_utilization": self.cfg.vllm_gpu_memory_utilization}
         if self.engine == "vllm_server":
             return {"kind": "vllm_server", "urls": [u.strip() for u in
                                                     self.cfg.vllm_server_urls.split(",") if u.strip()]}
@@ -319,7 +328,7 @@ class Trainer:
             # its in-process collector, which then only carries checkpoint fields.)
             return VLLMServerPolicy(self._worker_engine()["urls"][0], self.tokenizer,
                                     device=self.accelerator.device)
-        if self.engine == "vllm":
+        if self.engine == "vllm" and not self.cfg.async_rollouts:  # async: the workers' engines
             from arlgym.models import model_path
             from arlgym.policies.vllm import VLLMPolicy
 
