@@ -178,6 +178,7 @@ def _check_quickstart(cfg: Any) -> None:
                            ("--threads", "threads", 0), ("--sft-threads", "sft_threads", -1),
                            ("--rl-threads", "rl_threads", -1), ("--eval-samples", "eval_samples", 1)):
         check_int(flag, getattr(cfg, name), min=lo)
+    check_int("--room-size", cfg.room_size, min=5, max=10, example=7)
     check_float("--rl-lr", cfg.rl_lr, gt=0.0, example=5e-4)
     check_float("--sft-minutes", cfg.sft_minutes, gt=0.0, allow_none=True)
 
@@ -191,7 +192,8 @@ def _cmd_quickstart(args: argparse.Namespace) -> int:
     if args.out:
         cfg.out = args.out
     for name in ("episodes", "sft_steps", "sft_minutes", "eval_episodes", "rl_steps", "rl_lr",
-                 "threads", "sft_threads", "rl_threads", "rl_jobs", "seed", "teacher", "eval_samples"):
+                 "threads", "sft_threads", "rl_threads", "rl_jobs", "seed", "teacher", "eval_samples",
+                 "room_size"):
         value = getattr(args, name)
         if value is not None:
             setattr(cfg, name, value)
@@ -325,6 +327,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--eval-samples", type=int, default=None,
                    help="episodes a held-out room under the paper's validation sampling "
                         "(temperature 0.6, top-p 0.95, top-k 20; default: 4)")
+    p.add_argument("--room-size", type=int, default=None,
+                   help="Sokoban room size, walls included, for every phase (default: 6, the "
+                        "paper's; 7: harder rooms where the teacher wins 38%% and RL has more "
+                        "room, see docs/main_job.md)")
     p.add_argument("--greedy-eval", action="store_true",
                    help="evaluate greedily (one episode a room) instead of the paper's sampling")
     p.add_argument("--allow-short", action="store_true",

@@ -78,6 +78,10 @@ class QuickstartConfig:
     #: the demonstrator: ``greedy`` (a heuristic box-pusher with systematic mistakes, 53% of the
     #: test rooms; imitating its won episodes leaves RL room above it) or ``expert`` (optimal)
     teacher: str = "greedy"
+    #: Sokoban room size, walls included, for every phase (demonstrations, evals, RL): 6 is the
+    #: paper's; on 7 the teacher wins 38% and random moves 17% (docs/main_job.md: RL lifted
+    #: every start measured there)
+    room_size: int = 6
     #: the arena's presets, run side by side from the SFT checkpoint with one budget
     rl_algos: tuple[str, ...] = ("grpo", "sampo")
     #: optimizer steps of every run (the budget): 8 steps of 16 rooms × 8 rollouts (1,024
@@ -161,9 +165,15 @@ def paired_difference(before: list[float], after: list[float]) -> dict[str, floa
             "rooms": n, "gained": sum(x > 0 for x in d), "lost": sum(x < 0 for x in d)}
 
 
+def env_kwargs(cfg: QuickstartConfig) -> dict[str, Any]:
+    """The Sokoban env kwargs of every phase (none for the paper's 6×6 rooms)."""
+    return {} if cfg.room_size == 6 else {"dim_room": cfg.room_size}
+
+
 def _test_rooms_eval(policy_spec_or_obj: Any, episodes: int, out: Path, temperature: float,
                      samples: int = 1, seed: int | None = None, top_p: float = 1.0,
-                     top_k: int = 0) -> tuple[dict[str, Any], list]:
+                     top_k: int = 0, kwargs: dict[str, Any] | None = None
+                     ) -> tuple[dict[str, Any], list]:
     """Eval on the first ``episodes`` Sokoban test rooms, ``samples`` episodes a room:
     (overall summary, trajectories task by task in the eval list's order)."""
     from arlgym.evaluation.runner import evaluate
@@ -174,7 +184,7 @@ def _test_rooms_eval(policy_spec_or_obj: Any, episodes: int, out: Path, temperat
                               seed=seed)
     summary, trajs = evaluate("arl/Sokoban-v0", policy, episodes=episodes, split="test", out=out,
                               batch_size=64, samples_per_task=samples, sampling=sampling,
-                              progress=True)
+                              progress=True, env_kwargs=kwargs or None)
     return summary["overall"], trajs
 
 
@@ -188,7 +198,7 @@ def protocol_eval(cfg: QuickstartConfig, policy_spec_or_obj: Any, out: Path
     summary, trajs = _test_rooms_eval(policy_spec_or_obj, cfg.eval_episodes, out,
                                       temperature=cfg.eval_temperature, samples=cfg.eval_samples,
                                       seed=cfg.seed + 1234, top_p=cfg.eval_top_p,
-                                      top_k=cfg.eval_top_k)
+                                      top_k=cfg.eval_top_k, kwargs=env_kwargs(cfg))
     return summary, _wins_by_room(trajs)
 
 
@@ -256,6 +266,8 @@ def arena_spec(cfg: QuickstartConfig, sft_dir: Path, out: Path):
         "eval_temperature": cfg.eval_temperature, "eval_samples": cfg.eval_samples,
         "eval_top_p": cfg.eval_top_p, "eval_top_k": cfg.eval_top_k,
     }
+    if env_kwargs(cfg):
+        base["env_kwargs"] = env_kwargs(cfg)
     if cfg.rl_threads >= 0:
         base["torch_threads"] = cfg.rl_threads
     return ArenaSpec(out=str((out / "arena").resolve()), algos=list(cfg.rl_algos),
@@ -364,7 +376,8 @@ def _report_lines(cfg: QuickstartConfig, rows: dict[str, dict], effects: dict[st
         f"--fast smoke run: every stage runs at toy size ({cfg.sft_steps} SFT steps are too few "
         "to learn the response format, so most responses are malformed); the numbers mean "
         "nothing"]
-    lines += [f"Sokoban 6x6/1 box, {cfg.eval_episodes} held-out rooms, {_protocol_text(cfg)}",
+    lines += [f"Sokoban {cfg.room_size}x{cfg.room_size}/1 box, {cfg.eval_episodes} held-out "
+              f"rooms, {_protocol_text(cfg)}",
              f"(SFT: {what} on the {cfg.teacher} teacher's won episodes of {cfg.episodes} rooms; "
              f"RL: {algos}, {cfg.rl_steps} steps of {cfg.rl_tasks} rooms x {cfg.rl_group_size} "
              f"each, best of the validations kept):",
@@ -410,7 +423,10 @@ def _recipe(cfg: QuickstartConfig) -> dict[str, Any]:
     """Every setting that changes the quickstart's numbers, as JSON-comparable values."""
     from dataclasses import asdict
 
-    return json.loads(json.dumps({k: v for k, v in asdict(cfg).items() if k not in _NOT_RECIPE}))
+    recipe = {k: v for k, v in asdict(cfg).items() if k not in _NOT_RECIPE}
+    if recipe["room_size"] == 6:  # recipes written before the field had 6x6 rooms and no key
+        del recipe["room_size"]
+    return json.loads(json.dumps(recipe))
 
 
 def _check_recipe(out: Path, recipe: dict[str, Any]) -> bool:
@@ -474,7 +490,7 @@ def run_quickstart(cfg: QuickstartConfig) -> dict[str, Any]:
     print(f"[1/5] collecting {cfg.episodes} episodes of the {cfg.teacher} teacher (won ones kept)")
     data = out / "sft_data"
     collect_sft(CollectConfig(policy=cfg.teacher, episodes=cfg.episodes, seed=cfg.seed,
-                              batch_tasks=64), data)
+                              batch_tasks=64, env_kwargs=env_kwargs(cfg) or None), data)
     timings["collect_s"] = time.perf_counter() - t0
 
     what = f"{cfg.sft_steps} steps" if cfg.sft_steps > 0 else f"{cfg.sft_epochs} epochs"

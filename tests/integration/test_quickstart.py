@@ -139,6 +139,29 @@ def test_quickstart_refuses_a_folder_of_other_settings(tmp_path):
     assert sorted(p.name for p in out.iterdir()) == ["recipe.json"]  # nothing ran
 
 
+@pytest.mark.slow
+def test_quickstart_on_larger_rooms_plays_every_phase_there(tmp_path):
+    out = tmp_path / "qs7"
+    proc = subprocess.run([sys.executable, "-m", "arlgym.cli", "quickstart", "--fast", "--out",
+                           str(out), "--room-size", "7", "--rl-algos", "sampo"],
+                          capture_output=True, text=True, timeout=1200)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Sokoban 7x7/1 box" in proc.stdout
+    seven = {"dim_room": 7}
+    assert json.loads((out / "sft_data" / "meta.json").read_text())["identity"]["env_kwargs"] == seven
+    for row in ("random", "teacher", "sft"):
+        assert json.loads((out / f"eval_{row}.settings.json").read_text())["env_kwargs"] == seven
+    run_cfg = json.loads((out / "arena" / "sampo" / "seed-0" / "config.json").read_text())["config"]
+    assert run_cfg["env_kwargs"] == seven
+    assert json.loads((out / "recipe.json").read_text())["room_size"] == 7
+
+
+def test_default_rooms_keep_the_recipe_of_earlier_folders():
+    from arlgym.quickstart import QuickstartConfig, _recipe
+
+    assert "room_size" not in _recipe(QuickstartConfig.fast())  # older recipe.json files match
+
+
 def test_rl_phase_summary_weights_steps_by_their_turns():
     from arlgym.quickstart import rl_phase_summary
 
@@ -214,6 +237,7 @@ def test_quickstart_cut_short_is_loud(tmp_path):
     (["--rl-algos", ","], "--rl-algos ',': empty"),
     (["--rl-algos", "grpo,sampo,grpo"], "['grpo'] named twice"),
     (["--rl-jobs", "0"], "--rl-jobs=0 is invalid: expected an int >= 1"),
+    (["--room-size", "3"], "--room-size=3 is invalid: expected an int >= 5 and <= 10"),
 ])
 def test_quickstart_bad_rl_flags_are_named(tmp_path, args, message):
     """A mistyped preset or job count is refused before anything runs, naming the flag."""
