@@ -40,12 +40,19 @@ def _comparable(row):
             if not k.startswith(("time/", "async/", "staleness/")) and k != M.TOKENS_PER_S}
 
 
-@pytest.mark.slow  # worker processes load torch + the model (~20 s on 2 busy cores)
-def test_staleness_0_is_the_synchronous_trainer_bit_for_bit(tmp_path):
-    sync = _trainer(tmp_path / "sync", "--max_steps", "3").train()
-    asy = _trainer(tmp_path / "async", "--max_steps", "3", *ASYNC, "--max_staleness", "0").train()
+def _staleness_0_equals_sync(tmp_path, *flags):
+    """Train ``flags`` synchronously and with async workers at max_staleness 0: the same
+    metrics (but timings) and the same final weights, bit for bit; the async rows."""
+    sync = _trainer(tmp_path / "sync", *flags).train()
+    asy = _trainer(tmp_path / "async", *flags, *ASYNC, "--max_staleness", "0").train()
     assert [_comparable(r) for r in asy] == [_comparable(r) for r in sync]
     assert _same_weights(tmp_path / "sync", tmp_path / "async")
+    return asy
+
+
+@pytest.mark.slow  # worker processes load torch + the model (~20 s on 2 busy cores)
+def test_staleness_0_is_the_synchronous_trainer_bit_for_bit(tmp_path):
+    asy = _staleness_0_equals_sync(tmp_path, "--max_steps", "3")
     assert all(r[M.STALENESS_MAX] == 0 and r["staleness/hist_0"] == r[M.SAMPLES] for r in asy)
     assert all(M.undefined(r) == [] for r in asy)
 
@@ -54,22 +61,15 @@ def test_staleness_0_is_the_synchronous_trainer_bit_for_bit(tmp_path):
 def test_a_worker_steps_alfworld_in_env_processes_and_equals_the_synchronous_trainer(tmp_path):
     # ALFWorld is not thread-safe: the worker's vector steps it in env processes of its own
     # (mode "auto", as the synchronous trainer's); the batches stay the synchronous ones
-    alf = ["--env_id", "arl/ALFWorld-v0", "--env_kwargs", '{"max_steps": 2}', "--max_steps", "2"]
-    sync = _trainer(tmp_path / "sync", *alf).train()
-    asy = _trainer(tmp_path / "async", *alf, *ASYNC, "--max_staleness", "0").train()
-    assert [_comparable(r) for r in asy] == [_comparable(r) for r in sync]
+    asy = _staleness_0_equals_sync(tmp_path, "--env_id", "arl/ALFWorld-v0", "--env_kwargs",
+                                   '{"max_steps": 2}', "--max_steps", "2")
     assert all(r[M.TURNS] == 8 for r in asy)  # 2 tasks × 2 rollouts × 2 turns
-    assert _same_weights(tmp_path / "sync", tmp_path / "async")
 
 
 @pytest.mark.slow  # worker processes load torch + the model (~20 s on 2 busy cores)
 def test_lora_staleness_0_is_the_synchronous_lora_trainer_bit_for_bit(tmp_path):
     # the workers wrap their copy as the learner does; pushes carry the adapters alone
-    lora = ["--lora_r", "4", "--lr", "1e-2", "--max_steps", "3"]
-    sync = _trainer(tmp_path / "sync", *lora).train()
-    asy = _trainer(tmp_path / "async", *lora, *ASYNC, "--max_staleness", "0").train()
-    assert [_comparable(r) for r in asy] == [_comparable(r) for r in sync]
-    assert _same_weights(tmp_path / "sync", tmp_path / "async")
+    _staleness_0_equals_sync(tmp_path, "--lora_r", "4", "--lr", "1e-2", "--max_steps", "3")
     start = _trainer(tmp_path / "start", "--max_steps", "0")  # the base weights, unmerged
     try:
         base = start.accelerator.unwrap_model(start.model).state_dict()
@@ -82,11 +82,8 @@ def test_lora_staleness_0_is_the_synchronous_lora_trainer_bit_for_bit(tmp_path):
 @pytest.mark.slow  # worker processes load torch + the model (~20 s on 2 busy cores)
 def test_vision_staleness_0_is_the_synchronous_trainer_bit_for_bit(tmp_path):
     # the workers sample with the processor and send each turn's image inputs back
-    vis = ["--env_id", "arl/SokobanVision-v0", "--model", "tiny-vl", "--max_steps", "2"]
-    sync = _trainer(tmp_path / "sync", *vis).train()
-    asy = _trainer(tmp_path / "async", *vis, *ASYNC, "--max_staleness", "0").train()
-    assert [_comparable(r) for r in asy] == [_comparable(r) for r in sync]
-    assert _same_weights(tmp_path / "sync", tmp_path / "async")
+    _staleness_0_equals_sync(tmp_path, "--env_id", "arl/SokobanVision-v0", "--model", "tiny-vl",
+                             "--max_steps", "2")
 
 
 @pytest.mark.slow  # worker processes load torch + the model (~20 s on 2 busy cores)
@@ -105,10 +102,7 @@ def test_vllm_workers_sample_with_engines_of_their_own(tmp_path, fake_vllm, peak
     monkeypatch.syspath_prepend(str(shim))  # a spawned process starts with its parent's sys.path
     flags = ["--model", peaked_model, "--rollout_engine", "vllm", "--max_steps", "2",
              "--lr", "2e-2", *(["--lora_r", "4"] if lora else [])]
-    sync = _trainer(tmp_path / "sync", *flags).train()
-    asy = _trainer(tmp_path / "async", *flags, *ASYNC, "--max_staleness", "0").train()
-    assert [_comparable(r) for r in asy] == [_comparable(r) for r in sync]
-    assert _same_weights(tmp_path / "sync", tmp_path / "async")
+    asy = _staleness_0_equals_sync(tmp_path, *flags)
     # the engine sampled the learner's weights at every step (no stale copy)
     assert all(r[M.LOGPROB_DIFF_MAX] < 1e-3 for r in asy)
 
