@@ -79,8 +79,8 @@ class QuickstartConfig:
     #: test rooms; imitating its won episodes leaves RL room above it) or ``expert`` (optimal)
     teacher: str = "greedy"
     #: Sokoban room size, walls included, for every phase (demonstrations, evals, RL): 6 is the
-    #: paper's; on 7 the teacher wins 38% and random moves 17% (docs/main_job.md: RL lifted
-    #: every start measured there)
+    #: paper's; on 7 the teacher wins 38% and random moves 17% (docs/main_job.md: RL's effect
+    #: there, measured on three seeds)
     room_size: int = 6
     #: the arena's presets, run side by side from the SFT checkpoint with one budget
     rl_algos: tuple[str, ...] = ("grpo", "sampo")
