@@ -298,9 +298,9 @@ class Trainer:
     def _rollout_weights(self) -> dict[str, Any]:
         """What a weight push sends the async workers: the whole state dict; with LoRA only
         the adapters to HF workers (the base is frozen and they load the same one), the merged
-        HF-named weights to vLLM workers (which hold a plain model)."""
+        HF-named weights to vLLM engines and servers (which hold a plain model)."""
         model = self.accelerator.unwrap_model(self.model)
-        if self.lora and self.engine == "vllm":
+        if self.lora and self.engine in ("vllm", "vllm_server"):
             return dict(merged_weights(model))
         state = model.state_dict()
         if self.lora:

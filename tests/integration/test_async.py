@@ -164,6 +164,20 @@ def test_a_killed_rollout_worker_is_replaced_with_a_warning(tmp_path):
     assert [r["step"] for r in history] == [2, 3]
 
 
+def test_a_lora_push_carries_adapters_to_hf_workers_and_merged_weights_to_vllm(tmp_path):
+    trainer = _trainer(tmp_path, "--lora_r", "4", "--max_steps", "1", *ASYNC)
+    try:
+        hf = trainer._rollout_weights()
+        assert hf and all("lora_" in k for k in hf)
+        plain = set(trainer.accelerator.unwrap_model(trainer.model).base_model.model.state_dict())
+        for engine in ("vllm", "vllm_server"):  # engines that hold a plain HF model
+            trainer.engine = engine
+            merged = trainer._rollout_weights()
+            assert set(merged) == {k.replace(".base_layer.", ".") for k in plain if "lora_" not in k}
+    finally:
+        trainer.close()
+
+
 def test_async_config_errors():
     with pytest.raises(ConfigError, match="staleness_policy='late'"):
         parse_train_config([*TINY, *ASYNC, "--staleness_policy", "late"])
