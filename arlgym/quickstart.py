@@ -423,10 +423,7 @@ def _recipe(cfg: QuickstartConfig) -> dict[str, Any]:
     """Every setting that changes the quickstart's numbers, as JSON-comparable values."""
     from dataclasses import asdict
 
-    recipe = {k: v for k, v in asdict(cfg).items() if k not in _NOT_RECIPE}
-    if recipe["room_size"] == 6:  # recipes written before the field had 6x6 rooms and no key
-        del recipe["room_size"]
-    return json.loads(json.dumps(recipe))
+    return json.loads(json.dumps({k: v for k, v in asdict(cfg).items() if k not in _NOT_RECIPE}))
 
 
 def _check_recipe(out: Path, recipe: dict[str, Any]) -> bool:
@@ -434,10 +431,15 @@ def _check_recipe(out: Path, recipe: dict[str, Any]) -> bool:
     then be reused). A rerun with other settings would mix two experiments in one folder (a
     finished RL run of the old recipe would be read back as the new one's), so it is refused
     before anything runs."""
-    from arlgym.rundir import check_settings
+    from arlgym.rundir import check_settings, dataclass_defaults, read_settings
 
+    old = read_settings(out / "recipe.json")
+    if old is not None:  # a setting added after the folder was written takes its default there
+        defaults = {k: v for k, v in dataclass_defaults(QuickstartConfig).items()
+                    if k not in _NOT_RECIPE}
+        old = {**json.loads(json.dumps(defaults)), **old}
     return check_settings(out / "recipe.json", recipe, what="a quickstart", flag="--out",
-                          folder=out)
+                          folder=out, old=old)
 
 
 def _finished_sft(sft_dir: Path) -> dict[str, Any] | None:

@@ -151,17 +151,23 @@ def recorded_train_settings(folder: str | Path) -> dict[str, Any] | None:
     return {**_train_defaults(), **found}
 
 
-def _train_defaults() -> dict[str, Any]:
-    """TrainConfig's default settings, as :func:`train_settings` records them."""
-    from arlgym.rl.config import TrainConfig
-
+def dataclass_defaults(cls: type) -> dict[str, Any]:
+    """The default of every field of the dataclass ``cls`` that has one: what a record written
+    before a field existed is filled with (new fields default to the earlier behaviour)."""
     values = {}
-    for f in dataclasses.fields(TrainConfig):
+    for f in dataclasses.fields(cls):
         if f.default is not dataclasses.MISSING:
             values[f.name] = f.default
         elif f.default_factory is not dataclasses.MISSING:
             values[f.name] = f.default_factory()
-    return settings_of(values, TRAIN_NOT_SETTINGS)
+    return values
+
+
+def _train_defaults() -> dict[str, Any]:
+    """TrainConfig's default settings, as :func:`train_settings` records them."""
+    from arlgym.rl.config import TrainConfig
+
+    return settings_of(dataclass_defaults(TrainConfig), TRAIN_NOT_SETTINGS)
 
 
 def check_train_dir(cfg: Any, flag: str = "--output_dir") -> bool:

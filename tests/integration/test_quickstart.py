@@ -156,10 +156,13 @@ def test_quickstart_on_larger_rooms_plays_every_phase_there(tmp_path):
     assert json.loads((out / "recipe.json").read_text())["room_size"] == 7
 
 
-def test_default_rooms_keep_the_recipe_of_earlier_folders():
-    from arlgym.quickstart import QuickstartConfig, _recipe
+def test_default_rooms_keep_the_recipe_of_earlier_folders(tmp_path):
+    from arlgym.quickstart import QuickstartConfig, _check_recipe, _recipe
 
-    assert "room_size" not in _recipe(QuickstartConfig.fast())  # older recipe.json files match
+    recipe = _recipe(QuickstartConfig.fast())
+    older = {k: v for k, v in recipe.items() if k != "room_size"}  # written before the field
+    (tmp_path / "recipe.json").write_text(json.dumps(older))
+    assert _check_recipe(tmp_path, recipe)  # older recipe.json files match
 
 
 def test_rl_phase_summary_weights_steps_by_their_turns():
