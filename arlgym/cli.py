@@ -73,12 +73,12 @@ def _policy(spec: str, seed: int):
     """The policy a spec names; ``--seed`` seeds the random policy's own RNG too, so a random
     baseline is reproducible like everything else (model policies take it per request)."""
     from arlgym.errors import ConfigError
-    from arlgym.policies import make_policy
+    from arlgym.policies.spec import seeded_policy
 
     if spec == "human" and (sys.stdin is None or sys.stdin.closed):
         raise ConfigError("--policy human reads moves from standard input, which is closed. Fix: "
                           "run it in a terminal, or pipe one move per line into it")
-    return make_policy(spec, seed=seed) if spec == "random" else make_policy(spec)
+    return seeded_policy(spec, seed)
 
 
 def _cmd_play(args: argparse.Namespace) -> int:

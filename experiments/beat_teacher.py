@@ -95,6 +95,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     torch.set_num_threads(1)
     from arlgym.policies import make_policy
+    from arlgym.policies.spec import seeded_policy
     from arlgym.quickstart import paired_difference
     from arlgym.sft.collect import CollectConfig, collect_sft
     from arlgym.sft.train import SFTRunConfig, train_sft
@@ -104,7 +105,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     result: dict[str, Any] = {}
-    teacher = _eval("teacher", make_policy(args.teacher), args.test, out)
+    teacher = _eval("teacher", seeded_policy(args.teacher, args.seed), args.test, out)
     random = _eval("random", make_policy("random", seed=args.seed), args.test, out)
     result["teacher"] = sum(teacher) / len(teacher)
     result["random"] = sum(random) / len(random)

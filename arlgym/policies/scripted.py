@@ -1,5 +1,5 @@
 """Policies that need no model: the env's expert, its greedy teacher, a uniform random player, a
-human at a terminal."""
+human at a terminal, and any of them with slips."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from arlgym.errors import ConfigError
+from arlgym.errors import ConfigError, UnsolvableError
 from arlgym.policies.base import Completion, SamplingParams, prompt_text
 
-__all__ = ["ExpertPolicy", "GreedyTeacherPolicy", "RandomPolicy", "HumanPolicy"]
+__all__ = ["ExpertPolicy", "GreedyTeacherPolicy", "RandomPolicy", "HumanPolicy", "SlipPolicy"]
 
 
 def _require_envs(policy: str, prompts: Sequence[Any], envs: Sequence[Any] | None) -> Sequence[Any]:
@@ -91,6 +91,64 @@ class RandomPolicy:
             choice = actions[int(self.rng.integers(len(actions)))]
             out.append(Completion(f"<think>{self.think}</think><action>{choice}</action>"))
         return out
+
+
+class SlipPolicy:
+    """Another policy whose hand slips: with probability ``p`` a turn's action is replaced by a
+    uniformly random admissible one, its reasoning kept.
+
+    Why: a demonstrator that knows the plan and sometimes presses the wrong key is the simplest
+    imperfect teacher whose imperfection imitation *cannot* remove — behaviour cloning copies the
+    slips at their rate, the env's reward tells them apart (docs/main_job.md). The slip keeps the
+    base's ``<think>`` and swaps only the ``<action>``, so a slip looks like any other turn; the
+    replacement may equal the base's action (then it is no slip).
+
+    Args:
+        base: the policy that slips (any policy; scripted ones need ``envs``).
+        p: probability of a slip per turn, in [0, 1].
+        seed: seed of the slips' own RNG (independent of the envs' and the base's).
+    """
+
+    def __init__(self, base: Any, p: float, seed: int | None = None) -> None:
+        if not 0.0 <= float(p) <= 1.0:
+            raise ConfigError(f"slip probability p must be in [0, 1], got {p!r}; e.g. slips:0.3:expert")
+        self.base = base
+        self.p = float(p)
+        self.rng = np.random.default_rng(seed)
+        self.name = f"slips:{self.p:g}:{getattr(base, 'name', type(base).__name__)}"
+
+    def generate(self, prompts: Sequence[Any], sampling: SamplingParams | None = None, *,
+                 envs: Sequence[Any] | None = None) -> list[Completion]:
+        envs = _require_envs(self.name, prompts, envs)
+        try:
+            out = list(self.base.generate(prompts, sampling, envs=envs))
+        except UnsolvableError:  # a slip lost a room the (optimal) base then cannot plan for
+            out = [self._answer_or_none(p, sampling, e) for p, e in zip(prompts, envs)]
+        for i, env in enumerate(envs):
+            # one draw per turn, slipped or not, so the slips do not depend on the base's answers
+            slip, pick = self.rng.random() < self.p, self.rng.random()
+            if out[i] is not None and not slip:
+                continue
+            actions = env.unwrapped._admissible()
+            if not actions:
+                raise ConfigError(
+                    f"{type(env.unwrapped).__name__} has no finite admissible action list; a "
+                    "policy cannot slip on it")
+            if out[i] is None:  # nothing left to plan: the move is a random one
+                out[i] = Completion("<think>no plan</think><action></action>")
+            text = out[i].text
+            start, end = text.rfind("<action>"), text.rfind("</action>")
+            if start < 0 or end < start:
+                continue  # a malformed base answer is passed through
+            choice = actions[min(int(pick * len(actions)), len(actions) - 1)]
+            out[i] = Completion(f"{text[:start]}<action>{choice}{text[end:]}")
+        return out
+
+    def _answer_or_none(self, prompt: Any, sampling: SamplingParams | None, env: Any) -> Completion | None:
+        try:
+            return self.base.generate([prompt], sampling, envs=[env])[0]
+        except UnsolvableError:
+            return None
 
 
 class HumanPolicy:

@@ -10,17 +10,28 @@ from typing import Any
 
 from arlgym.errors import UnknownPolicyError
 
-__all__ = ["make_policy", "POLICY_KINDS"]
+__all__ = ["make_policy", "seeded_policy", "POLICY_KINDS"]
 
 POLICY_KINDS: dict[str, str] = {
     "expert": "the env's scripted expert (optimal solver / planner)",
     "greedy": "the env's greedy teacher (Sokoban: no path planning, no deadlock look-ahead)",
     "random": "uniformly random admissible action",
     "human": "you, at the terminal",
+    "slips:<p>:<spec>": "another policy whose action is a random admissible one with probability p",
     "hf:<path|alias>": "a Hugging Face model (hub id, local dir, 'tiny', 'smollm2-135m') with model.generate",
     "vllm:<path>": "a vLLM offline engine (GPU; pip install 'arlgym[vllm]')",
     "openai:<base_url>#<model>": "any OpenAI-compatible /v1/chat/completions endpoint",
 }
+
+
+def seeded_policy(spec: str, seed: int | None):
+    """:func:`make_policy`, with ``seed`` given to the policies that draw from an RNG of their
+    own (``random``, ``slips:…``), so their episodes are reproducible like everything else;
+    model policies take their seed per request."""
+    spec = spec.strip() if isinstance(spec, str) else spec
+    if spec == "random" or (isinstance(spec, str) and spec.startswith("slips:")):
+        return make_policy(spec, seed=seed)
+    return make_policy(spec)
 
 
 def make_policy(spec: str, **kwargs: Any):
@@ -58,6 +69,19 @@ def make_policy(spec: str, **kwargs: Any):
             from arlgym.policies.vllm import VLLMPolicy
 
             return VLLMPolicy(rest, **kwargs)
+        if kind == "slips":
+            from arlgym.policies.scripted import SlipPolicy
+
+            p, sep2, base = rest.partition(":")
+            try:
+                prob = float(p)
+            except ValueError:
+                prob = -1.0
+            if not sep2 or not base or not 0.0 <= prob <= 1.0:
+                raise UnknownPolicyError(
+                    f"slips spec {spec!r} needs a probability in [0, 1] and a policy: "
+                    "slips:<p>:<spec>, e.g. slips:0.3:expert")
+            return SlipPolicy(make_policy(base), prob, seed=kwargs.pop("seed", None))
         if kind == "openai":
             from arlgym.policies.openai import OpenAIPolicy
 

@@ -210,7 +210,7 @@ def collect_sft(cfg: CollectConfig, out: str | Path, policy: Policy | None = Non
     """
     from tqdm.auto import tqdm
 
-    from arlgym.policies import make_policy
+    from arlgym.policies.spec import seeded_policy
     from arlgym.rundir import check_settings, settings_of
 
     out = Path(out)
@@ -223,7 +223,7 @@ def collect_sft(cfg: CollectConfig, out: str | Path, policy: Policy | None = Non
     meta_path.write_text(json.dumps({"identity": cfg.identity(), "episodes": cfg.episodes},
                                     indent=2))
     episodes, _ = _recover(out)
-    policy = policy or make_policy(cfg.policy)
+    policy = policy or seeded_policy(cfg.policy, cfg.seed)
     sampling = SamplingParams(temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens,
                               seed=cfg.seed)
     num_groups = cfg.episodes // cfg.group_size
