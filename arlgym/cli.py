@@ -179,8 +179,28 @@ def _check_quickstart(cfg: Any) -> None:
                            ("--rl-threads", "rl_threads", -1), ("--eval-samples", "eval_samples", 1)):
         check_int(flag, getattr(cfg, name), min=lo)
     check_int("--room-size", cfg.room_size, min=5, max=10, example=7)
+    check_int("--history-length", cfg.history_length, min=0, max=8, example=0)
+    _check_teacher(cfg.teacher)
     check_float("--rl-lr", cfg.rl_lr, gt=0.0, example=5e-4)
     check_float("--sft-minutes", cfg.sft_minutes, gt=0.0, allow_none=True)
+
+
+def _check_teacher(spec: str) -> None:
+    """--teacher must name a scripted Sokoban demonstrator: greedy, expert, or either with
+    slips (a model would have to be trained first; random moves teach nothing)."""
+    from arlgym.errors import ConfigError, UnknownPolicyError
+    from arlgym.policies.spec import seeded_policy
+
+    base = spec.rsplit(":", 1)[-1] if spec.startswith(("slips:", "mistakes:")) else spec
+    try:
+        seeded_policy(spec, 0)
+    except UnknownPolicyError as e:
+        raise ConfigError(f"--teacher {spec!r}: {str(e).splitlines()[0]}. Fix: --teacher greedy, "
+                          "expert, or slips|mistakes:<p>:greedy|expert (e.g. slips:0.75:expert)") from None
+    if base not in ("greedy", "expert"):
+        raise ConfigError(f"--teacher {spec!r}: the demonstrator must be the greedy teacher or the "
+                          "expert, with or without slips. Fix: --teacher greedy, expert, or "
+                          "slips|mistakes:<p>:greedy|expert (e.g. slips:0.75:expert)")
 
 
 def _cmd_quickstart(args: argparse.Namespace) -> int:
@@ -193,7 +213,7 @@ def _cmd_quickstart(args: argparse.Namespace) -> int:
         cfg.out = args.out
     for name in ("episodes", "sft_steps", "sft_minutes", "eval_episodes", "rl_steps", "rl_lr",
                  "threads", "sft_threads", "rl_threads", "rl_jobs", "seed", "teacher", "eval_samples",
-                 "room_size"):
+                 "room_size", "history_length"):
         value = getattr(args, name)
         if value is not None:
             setattr(cfg, name, value)
@@ -275,8 +295,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("quickstart", help="teacher demos -> SFT -> eval -> GRPO vs SAMPO (arena) -> eval (Sokoban, tiny, CPU)",
                        description="The whole pipeline offline on CPU: collect the won episodes "
-                                   "of a greedy Sokoban teacher (a heuristic with systematic "
-                                   "mistakes), behaviour-clone the tiny model on them, evaluate, "
+                                   "of a Sokoban teacher that slips (the optimal plan in its "
+                                   "reasoning, a random move instead of it 75% of the time), "
+                                   "behaviour-clone the tiny model on them, evaluate, "
                                    "then a small arena from the SFT checkpoint: GRPO and SAMPO "
                                    "side by side with one budget (`arlgym arena run`), each run's "
                                    "best-on-validation policy evaluated on the same held-out rooms "
@@ -291,8 +312,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--episodes", type=int, default=None,
                    help="teacher episodes played; the won ones are the demonstrations (default: 3000)")
     p.add_argument("--sft-steps", type=int, default=None,
-                   help="SFT optimizer steps (default: 600, ~7 passes: about as good as the "
-                        "teacher; 0 = 3 epochs of the demonstrations)")
+                   help="SFT optimizer steps (default: 600: about as good as the teacher; 0 = 3 "
+                        "epochs of the demonstrations)")
     p.add_argument("--sft-minutes", type=float, default=None,
                    help="optional guard: stop SFT after this many minutes; the run is then marked "
                         "cut short and exits 3 unless --allow-short (default: none)")
@@ -320,17 +341,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=None,
                    help="seeds the teacher's rooms, the model init, batch order, the RL run and "
                         "the eval's draws (default: 0)")
-    p.add_argument("--teacher", choices=("greedy", "expert"), default=None,
-                   help="the demonstrator: greedy (default: a heuristic box-pusher with "
-                        "systematic mistakes, 53%% of the test rooms, so RL has room above it) or "
-                        "expert (the optimal solver)")
+    p.add_argument("--teacher", default=None,
+                   help="the demonstrator: greedy (a heuristic box-pusher with systematic "
+                        "mistakes), expert (the optimal solver), or either with slips: "
+                        "slips:<p>:expert plays a random move instead of its plan's with "
+                        "probability p, its reasoning kept (default: slips:0.75:expert)")
     p.add_argument("--eval-samples", type=int, default=None,
                    help="episodes a held-out room under the paper's validation sampling "
                         "(temperature 0.6, top-p 0.95, top-k 20; default: 4)")
     p.add_argument("--room-size", type=int, default=None,
-                   help="Sokoban room size, walls included, for every phase (default: 6, the "
-                        "paper's; 7: harder rooms where the teacher wins 38%% and RL has more "
-                        "room, see docs/main_job.md)")
+                   help="Sokoban room size, walls included, for every phase (default: 7, where "
+                        "random moves win 17%%; 6 is the paper's, see docs/main_job.md)")
+    p.add_argument("--history-length", type=int, default=None,
+                   help="past turns shown in each prompt (default: 0; the paper's 2 "
+                        "makes every phase ~3x slower on the same rooms)")
     p.add_argument("--greedy-eval", action="store_true",
                    help="evaluate greedily (one episode a room) instead of the paper's sampling")
     p.add_argument("--allow-short", action="store_true",

@@ -1,23 +1,26 @@
 """``arlgym quickstart``: the whole pipeline on Sokoban with the tiny model, offline, on CPU.
 
-the greedy teacher's won episodes → behaviour cloning (SFT) → eval → a small arena from the SFT
+a teacher's won episodes → behaviour cloning (SFT) → eval → a small arena from the SFT
 checkpoint (GRPO and SAMPO side by side, the same budget, through ``arlgym arena run``) → each
 run's best-on-validation policy evaluated on the same held-out rooms; prints a random / teacher /
 SFT / SFT+GRPO / SFT+SAMPO table with every effect as a paired difference (same rooms) and its
 standard error, SAMPO against GRPO, the collapse alarm's verdicts, and saves the curves and the
 arena report.
 
-Why a teacher and not the optimal expert (measured, docs/main_job.md): a short imitation of a
-perfect expert was a start weak for no reason RL can fix (13–45% by seed, often below random
-moves), and a full one (~92%) leaves RL nothing to do. The greedy teacher
-(:mod:`arlgym.envs.sokoban.teacher`) wins 53% of the held-out rooms; imitating its won episodes
-gives an agent well above random moves (28%) that is about as good as its teacher — the design
-in which RL is asked to go where the demonstrations do not.
+Why a teacher that slips (measured, docs/main_job.md): the teacher is the optimal solver's plan
+with a random move instead of the plan's 75% of the time, its reasoning kept
+(``slips:0.75:expert``). Imitation copies the slips at their rate — no amount of behaviour
+cloning removes them — while the env's reward tells a slip from the plan, so RL has a way past
+where imitation stops. A deterministic teacher (the greedy heuristic) gave a confident copy that
+RL moved by a few rooms, only on some seeds; a perfect expert's full imitation leaves RL nothing
+to do. The rooms are 7×7 (random moves win 17%) and the prompt shows the current grid only
+(``history_length`` 0: the room is fully observed, and every phase runs ~3x faster than with
+the paper's two past turns).
 
 Why the paper's validation sampling (temperature 0.6, top-p 0.95, top-k 20, 4 episodes a room)
 and not greedy decoding: it is how ARLArena evaluates, a greedy policy fails by looping where a
 sampled one does not, and a success rate per room (4 episodes) is a finer paired outcome than
-one greedy win or loss (seed 1's SFT-to-RL effect: ± 1.1 points paired SE, greedily ± 1.4).
+one greedy win or loss.
 
 Every phase runs a fixed number of steps (with a progress bar and ETA), never a time budget, so
 a busy machine gives the same numbers later: the two RL runs each use one torch thread (the
@@ -35,7 +38,7 @@ import math
 import os
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -53,14 +56,13 @@ class CutShort(RuntimeError):
 @dataclass
 class QuickstartConfig:
     out: str = "runs/quickstart"
-    #: teacher episodes played (3,000 rooms: the greedy teacher wins ~1,600 of them, ~2,600
-    #: step samples; only won episodes are kept, so the SFT never sees its stuck loops)
+    #: teacher episodes played (3,000 7×7 rooms: the teacher with slips wins ~1,200 of them,
+    #: ~7,900 step samples, ~6.5 moves a room; only won episodes are kept)
     episodes: int = 3000
     #: SFT passes over the demonstrations, used when ``sft_steps`` is 0
     sft_epochs: int = 3
-    #: SFT optimizer steps (0: use sft_epochs): ~7 passes, until the imitation is about as good
-    #: as its teacher (52-61% of the held-out rooms by seed under the paper's sampling; the
-    #: teacher 53%, random moves 27-31%)
+    #: SFT optimizer steps (0: use sft_epochs): ~2.4 passes, until the imitation is about as
+    #: good as its teacher (docs/main_job.md: the table over five seeds)
     sft_steps: int = 600
     #: optional guard (minutes): stop SFT when it is spent — the run is then marked cut short
     sft_minutes: float | None = None
@@ -75,18 +77,26 @@ class QuickstartConfig:
     eval_top_p: float = 0.95
     eval_top_k: int = 20
     eval_samples: int = 4
-    #: the demonstrator: ``greedy`` (a heuristic box-pusher with systematic mistakes, 53% of the
-    #: test rooms; imitating its won episodes leaves RL room above it) or ``expert`` (optimal)
-    teacher: str = "greedy"
-    #: Sokoban room size, walls included, for every phase (demonstrations, evals, RL): 6 is the
-    #: paper's; on 7 the teacher wins 38% and random moves 17% (docs/main_job.md: RL's effect
-    #: there, measured on three seeds)
-    room_size: int = 6
+    #: the demonstrator, a scripted policy spec: ``slips:0.75:expert`` (the optimal solver's
+    #: plan in its reasoning, and with probability 0.75 a random move instead of the plan's:
+    #: ~40% of 7×7 rooms won), ``greedy`` (a heuristic box-pusher with systematic mistakes),
+    #: ``expert``, or ``slips:<p>:greedy|expert``. Why slips (docs/main_job.md): imitation copies
+    #: them at their rate, the env's reward tells them apart — RL has a way past the teacher
+    teacher: str = "slips:0.75:expert"
+    #: Sokoban room size, walls included, for every phase (demonstrations, evals, RL): 7 (random
+    #: moves win 17%, so the imitation clears random play by ~20 points); 6 is the paper's.
+    #: Folders written before this setting ran on 6×6 rooms.
+    room_size: int = field(default=7, metadata={"before": 6})
+    #: past turns shown in the prompt: 0 (Sokoban is fully observed, and one grid instead of
+    #: three makes every phase ~3x faster); the paper's 2 for its prompt. Folders written
+    #: before this setting ran with 2.
+    history_length: int = field(default=0, metadata={"before": 2})
     #: the arena's presets, run side by side from the SFT checkpoint with one budget
     rl_algos: tuple[str, ...] = ("grpo", "sampo")
     #: optimizer steps of every run (the budget): 8 steps of 16 rooms × 8 rollouts (1,024
     #: episodes a run), lr 2e-4, PPO mini-batches of 256 turn samples (the later ones
-    #: off-policy, so the IS clipping designs differ), dynamic-sampling cold start 2
+    #: off-policy, so the IS clipping designs differ), dynamic-sampling cold start 2. Longer
+    #: runs gained no more from this start (docs/main_job.md: 16 and 24 steps measured)
     rl_steps: int = 8
     rl_tasks: int = 16
     rl_group_size: int = 8
@@ -166,8 +176,12 @@ def paired_difference(before: list[float], after: list[float]) -> dict[str, floa
 
 
 def env_kwargs(cfg: QuickstartConfig) -> dict[str, Any]:
-    """The Sokoban env kwargs of every phase (none for the paper's 6×6 rooms)."""
-    return {} if cfg.room_size == 6 else {"dim_room": cfg.room_size}
+    """The Sokoban env kwargs of every phase (none for the paper's settings: 6×6 rooms, two
+    past turns in the prompt)."""
+    kwargs: dict[str, Any] = {} if cfg.room_size == 6 else {"dim_room": cfg.room_size}
+    if cfg.history_length != 2:
+        kwargs["history_length"] = cfg.history_length
+    return kwargs
 
 
 def _test_rooms_eval(policy_spec_or_obj: Any, episodes: int, out: Path, temperature: float,
@@ -530,11 +544,12 @@ def run_quickstart(cfg: QuickstartConfig) -> dict[str, Any]:
     print(f"[3/5] evaluating random moves, the teacher and the SFT policy on {cfg.eval_episodes} "
           f"held-out rooms ({_protocol_text(cfg)})")
     t = time.perf_counter()
-    from arlgym.policies import make_policy
+    from arlgym.policies.spec import seeded_policy
 
     rows = {}
-    rows["random"], _ = protocol_eval(cfg, make_policy("random", seed=cfg.seed), out / "eval_random.jsonl")
-    rows["teacher"], teacher_wins = protocol_eval(cfg, make_policy(cfg.teacher), out / "eval_teacher.jsonl")
+    rows["random"], _ = protocol_eval(cfg, seeded_policy("random", cfg.seed), out / "eval_random.jsonl")
+    rows["teacher"], teacher_wins = protocol_eval(cfg, seeded_policy(cfg.teacher, cfg.seed),
+                                                  out / "eval_teacher.jsonl")
     rows["SFT"], sft_wins = protocol_eval(cfg, f"hf:{sft_dir}", out / "eval_sft.jsonl")
     timings["eval_s"] = time.perf_counter() - t
 

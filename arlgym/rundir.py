@@ -152,11 +152,14 @@ def recorded_train_settings(folder: str | Path) -> dict[str, Any] | None:
 
 
 def dataclass_defaults(cls: type) -> dict[str, Any]:
-    """The default of every field of the dataclass ``cls`` that has one: what a record written
-    before a field existed is filled with (new fields default to the earlier behaviour)."""
+    """What a record written before a field of the dataclass ``cls`` existed is filled with:
+    the value those records ran with — the field's ``metadata["before"]`` where its default
+    is not the earlier behaviour (a better default chosen with the field), else its default."""
     values = {}
     for f in dataclasses.fields(cls):
-        if f.default is not dataclasses.MISSING:
+        if "before" in f.metadata:
+            values[f.name] = f.metadata["before"]
+        elif f.default is not dataclasses.MISSING:
             values[f.name] = f.default
         elif f.default_factory is not dataclasses.MISSING:
             values[f.name] = f.default_factory()

@@ -93,9 +93,18 @@ class RandomPolicy:
         return out
 
 
+def _swap_word(text: str, old: str, new: str) -> str:
+    """``text`` with every whole-word ``old`` replaced by ``new`` (a plan "down left down"
+    with the mistaken move "up" for "down" reads "up left up")."""
+    import re
+
+    return re.sub(rf"(?<!\w){re.escape(old)}(?!\w)", new, text)
+
+
 class SlipPolicy:
     """Another policy whose hand slips: with probability ``p`` a turn's action is replaced by a
-    uniformly random admissible one, its reasoning kept.
+    uniformly random admissible one, its reasoning kept (``reasoning="match"``: a *mistake*
+    instead, the reasoning rewritten to name the move made, spec ``mistakes:<p>:<spec>``).
 
     Why: a demonstrator that knows the plan and sometimes presses the wrong key is the simplest
     imperfect teacher whose imperfection imitation *cannot* remove — behaviour cloning copies the
@@ -109,13 +118,17 @@ class SlipPolicy:
         seed: seed of the slips' own RNG (independent of the envs' and the base's).
     """
 
-    def __init__(self, base: Any, p: float, seed: int | None = None) -> None:
+    def __init__(self, base: Any, p: float, seed: int | None = None, reasoning: str = "keep") -> None:
         if not 0.0 <= float(p) <= 1.0:
             raise ConfigError(f"slip probability p must be in [0, 1], got {p!r}; e.g. slips:0.3:expert")
+        if reasoning not in ("keep", "match"):
+            raise ConfigError(f"reasoning must be 'keep' (slips) or 'match' (mistakes), got {reasoning!r}")
         self.base = base
         self.p = float(p)
+        self.reasoning = reasoning
         self.rng = np.random.default_rng(seed)
-        self.name = f"slips:{self.p:g}:{getattr(base, 'name', type(base).__name__)}"
+        kind = "slips" if reasoning == "keep" else "mistakes"
+        self.name = f"{kind}:{self.p:g}:{getattr(base, 'name', type(base).__name__)}"
 
     def generate(self, prompts: Sequence[Any], sampling: SamplingParams | None = None, *,
                  envs: Sequence[Any] | None = None) -> list[Completion]:
@@ -141,7 +154,11 @@ class SlipPolicy:
             if start < 0 or end < start:
                 continue  # a malformed base answer is passed through
             choice = actions[min(int(pick * len(actions)), len(actions) - 1)]
-            out[i] = Completion(f"{text[:start]}<action>{choice}{text[end:]}")
+            head = text[:start]
+            if self.reasoning == "match":  # a mistake: the reasoning names the move made
+                base_action = text[start + len("<action>"):end].strip()
+                head = _swap_word(head, base_action, choice) if base_action else head
+            out[i] = Completion(f"{head}<action>{choice}{text[end:]}")
         return out
 
     def _answer_or_none(self, prompt: Any, sampling: SamplingParams | None, env: Any) -> Completion | None:

@@ -18,6 +18,7 @@ POLICY_KINDS: dict[str, str] = {
     "random": "uniformly random admissible action",
     "human": "you, at the terminal",
     "slips:<p>:<spec>": "another policy whose action is a random admissible one with probability p",
+    "mistakes:<p>:<spec>": "the same, its reasoning rewritten to name the random move",
     "hf:<path|alias>": "a Hugging Face model (hub id, local dir, 'tiny', 'smollm2-135m') with model.generate",
     "vllm:<path>": "a vLLM offline engine (GPU; pip install 'arlgym[vllm]')",
     "openai:<base_url>#<model>": "any OpenAI-compatible /v1/chat/completions endpoint",
@@ -26,10 +27,10 @@ POLICY_KINDS: dict[str, str] = {
 
 def seeded_policy(spec: str, seed: int | None):
     """:func:`make_policy`, with ``seed`` given to the policies that draw from an RNG of their
-    own (``random``, ``slips:…``), so their episodes are reproducible like everything else;
+    own (``random``, ``slips:…``, ``mistakes:…``), so their episodes are reproducible like everything else;
     model policies take their seed per request."""
     spec = spec.strip() if isinstance(spec, str) else spec
-    if spec == "random" or (isinstance(spec, str) and spec.startswith("slips:")):
+    if spec == "random" or (isinstance(spec, str) and spec.startswith(("slips:", "mistakes:"))):
         return make_policy(spec, seed=seed)
     return make_policy(spec)
 
@@ -69,7 +70,7 @@ def make_policy(spec: str, **kwargs: Any):
             from arlgym.policies.vllm import VLLMPolicy
 
             return VLLMPolicy(rest, **kwargs)
-        if kind == "slips":
+        if kind in ("slips", "mistakes"):
             from arlgym.policies.scripted import SlipPolicy
 
             p, sep2, base = rest.partition(":")
@@ -79,9 +80,10 @@ def make_policy(spec: str, **kwargs: Any):
                 prob = -1.0
             if not sep2 or not base or not 0.0 <= prob <= 1.0:
                 raise UnknownPolicyError(
-                    f"slips spec {spec!r} needs a probability in [0, 1] and a policy: "
-                    "slips:<p>:<spec>, e.g. slips:0.3:expert")
-            return SlipPolicy(make_policy(base), prob, seed=kwargs.pop("seed", None))
+                    f"{kind} spec {spec!r} needs a probability in [0, 1] and a policy: "
+                    f"{kind}:<p>:<spec>, e.g. {kind}:0.3:expert")
+            return SlipPolicy(make_policy(base), prob, seed=kwargs.pop("seed", None),
+                              reasoning="keep" if kind == "slips" else "match")
         if kind == "openai":
             from arlgym.policies.openai import OpenAIPolicy
 

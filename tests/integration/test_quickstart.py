@@ -156,13 +156,32 @@ def test_quickstart_on_larger_rooms_plays_every_phase_there(tmp_path):
     assert json.loads((out / "recipe.json").read_text())["room_size"] == 7
 
 
-def test_default_rooms_keep_the_recipe_of_earlier_folders(tmp_path):
+def test_a_folder_older_than_a_setting_is_read_as_what_it_ran(tmp_path):
+    """recipe.json files written before room_size and history_length existed ran on 6×6 rooms
+    with two past turns in the prompt: they match that recipe, and a rerun with today's
+    defaults (7×7, no history) is refused, naming both, instead of being mixed in."""
+    from dataclasses import replace
+
+    from arlgym.errors import ConfigError
     from arlgym.quickstart import QuickstartConfig, _check_recipe, _recipe
 
-    recipe = _recipe(QuickstartConfig.fast())
-    older = {k: v for k, v in recipe.items() if k != "room_size"}  # written before the field
+    then = replace(QuickstartConfig.fast(), room_size=6, history_length=2)
+    older = {k: v for k, v in _recipe(then).items() if k not in ("room_size", "history_length")}
     (tmp_path / "recipe.json").write_text(json.dumps(older))
-    assert _check_recipe(tmp_path, recipe)  # older recipe.json files match
+    assert _check_recipe(tmp_path, _recipe(then))
+    with pytest.raises(ConfigError, match=r"room_size 6 -> 7.*history_length 2 -> 0|history_length 2 -> 0.*room_size 6 -> 7"):
+        _check_recipe(tmp_path, _recipe(QuickstartConfig.fast()))
+
+
+def test_env_kwargs_name_only_what_differs_from_the_papers_prompt_and_rooms():
+    from dataclasses import replace
+
+    from arlgym.quickstart import QuickstartConfig, env_kwargs
+
+    cfg = QuickstartConfig()
+    assert env_kwargs(cfg) == {"dim_room": 7, "history_length": 0}
+    assert env_kwargs(replace(cfg, room_size=6, history_length=2)) == {}
+    assert env_kwargs(replace(cfg, room_size=6)) == {"history_length": 0}
 
 
 def test_rl_phase_summary_weights_steps_by_their_turns():
@@ -241,6 +260,10 @@ def test_quickstart_cut_short_is_loud(tmp_path):
     (["--rl-algos", "grpo,sampo,grpo"], "['grpo'] named twice"),
     (["--rl-jobs", "0"], "--rl-jobs=0 is invalid: expected an int >= 1"),
     (["--room-size", "3"], "--room-size=3 is invalid: expected an int >= 5 and <= 10"),
+    (["--history-length", "-1"], "--history-length=-1 is invalid: expected an int >= 0"),
+    (["--teacher", "slips:2:expert"], "--teacher 'slips:2:expert': slips spec"),
+    (["--teacher", "random"], "--teacher 'random': the demonstrator must be the greedy teacher"),
+    (["--teacher", "slips:0.5:random"], "Fix: --teacher greedy, expert, or slips|mistakes:<p>:greedy|expert"),
 ])
 def test_quickstart_bad_rl_flags_are_named(tmp_path, args, message):
     """A mistyped preset or job count is refused before anything runs, naming the flag."""

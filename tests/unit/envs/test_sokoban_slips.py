@@ -77,3 +77,30 @@ def test_collected_demonstrations_with_slips_are_reproducible(tmp_path):
     assert a == b
     lines = [json.loads(x) for x in a.splitlines()]
     assert lines and all(x["won"] for x in lines)
+
+
+def test_a_mistake_names_the_move_made_in_its_reasoning():
+    """mistakes:<p>:<spec> rewrites the reasoning with the random move (a wrong decision, not a
+    fumble): with one-move plans, think and action always agree, and a quarter of the turns
+    at p = 1 keep the expert's move (the random pick equals it)."""
+    envs = [gym.make("arl/Sokoban-v0", expert_plan_length=1) for _ in range(64)]
+    prompts = [env.reset(seed=i)[0] for i, env in enumerate(envs)]
+    base = [ACTION.match(c.text).group(2) for c in make_policy("expert").generate(prompts, envs=envs)]
+    pol = seeded_policy("mistakes:1:expert", 2)
+    assert pol.name == "mistakes:1:expert"
+    same = turns = 0
+    for _ in range(10):
+        for b, c in zip(base, pol.generate(prompts, envs=envs)):
+            think, act = ACTION.match(c.text).groups()
+            assert think == f"plan: {act}"
+            same += act == b
+            turns += 1
+    assert abs(same / turns - 0.25) < 0.06, same / turns
+    # longer plans: every mention of the replaced move is rewritten, other moves stay
+    multi = gym.make("arl/Sokoban-v0")
+    prompt = multi.reset(seed=0)[0]
+    text = make_policy("expert").generate([prompt], envs=[multi])[0].text
+    for _ in range(20):
+        c = seeded_policy("mistakes:1:expert", _).generate([prompt], envs=[multi])[0].text
+        think, act = ACTION.match(c).groups()
+        assert think.split()[1] == act and len(think.split()) == len(ACTION.match(text).group(1).split())
