@@ -74,7 +74,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--sft-steps", type=int, nargs="*", default=[600])
     ap.add_argument("--test", type=int, default=200, help="held-out rooms")
     ap.add_argument("--teacher", default="greedy",
-                    help="demonstration policy: greedy (the heuristic teacher) or expert (optimal)")
+                    help="demonstration policy: greedy (the heuristic teacher), expert (optimal), or "
+                         "either with slips or mistakes (e.g. slips:0.75:expert); use one --out a teacher")
     ap.add_argument("--eval", dest="eval_mode", choices=("greedy", "paper"), default="greedy",
                     help="greedy decoding, or the paper's validation sampling (T 0.6, top-p 0.95, "
                          "top-k 20) with --eval-samples episodes a room")
@@ -105,8 +106,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     result: dict[str, Any] = {}
-    teacher = _eval("teacher", seeded_policy(args.teacher, args.seed), args.test, out)
-    random = _eval("random", make_policy("random", seed=args.seed), args.test, out)
+    # a policy with an RNG of its own plays other episodes with another seed: its eval is per seed
+    own_rng = args.teacher.startswith(("slips:", "mistakes:"))
+    teacher = _eval(f"teacher-s{args.seed}" if own_rng else "teacher",
+                    seeded_policy(args.teacher, args.seed), args.test, out)
+    random = _eval("random" if args.seed == 0 else f"random-s{args.seed}",
+                   make_policy("random", seed=args.seed), args.test, out)
     result["teacher"] = sum(teacher) / len(teacher)
     result["random"] = sum(random) / len(random)
     print(f"teacher {result['teacher']:.1%}  random {result['random']:.1%}", flush=True)

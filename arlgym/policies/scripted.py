@@ -116,6 +116,9 @@ class SlipPolicy:
         base: the policy that slips (any policy; scripted ones need ``envs``).
         p: probability of a slip per turn, in [0, 1].
         seed: seed of the slips' own RNG (independent of the envs' and the base's).
+        reasoning: ``"keep"`` (a slip: the base's reasoning, another move) or ``"match"`` (a
+            mistake: every whole-word mention of the base's move in the reasoning becomes the
+            move made).
     """
 
     def __init__(self, base: Any, p: float, seed: int | None = None, reasoning: str = "keep") -> None:
@@ -136,7 +139,7 @@ class SlipPolicy:
         try:
             out = list(self.base.generate(prompts, sampling, envs=envs))
         except UnsolvableError:  # a slip lost a room the (optimal) base then cannot plan for
-            out = [self._answer_or_none(p, sampling, e) for p, e in zip(prompts, envs)]
+            out = [self._answer_or_none(p, sampling, e) for p, e in zip(prompts, envs, strict=True)]
         for i, env in enumerate(envs):
             # one draw per turn, slipped or not, so the slips do not depend on the base's answers
             slip, pick = self.rng.random() < self.p, self.rng.random()

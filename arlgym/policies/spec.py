@@ -27,8 +27,8 @@ POLICY_KINDS: dict[str, str] = {
 
 def seeded_policy(spec: str, seed: int | None):
     """:func:`make_policy`, with ``seed`` given to the policies that draw from an RNG of their
-    own (``random``, ``slips:…``, ``mistakes:…``), so their episodes are reproducible like everything else;
-    model policies take their seed per request."""
+    own (``random``, ``slips:…``, ``mistakes:…``), so their episodes are reproducible like
+    everything else; model policies take their seed per request."""
     spec = spec.strip() if isinstance(spec, str) else spec
     if spec == "random" or (isinstance(spec, str) and spec.startswith(("slips:", "mistakes:"))):
         return make_policy(spec, seed=seed)

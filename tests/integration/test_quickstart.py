@@ -56,6 +56,13 @@ def test_quickstart_fast(fast_quickstart):
     assert "RL effect of SAMPO (same rooms, vs SFT)" in report and "SFT+GRPO" in report
     assert "curves.png" in report and "arena/report/index.html" in report
     assert (out / "sft" / "model.safetensors").exists()
+    # the default design: the teacher with slips on 7×7 rooms, the current grid only
+    identity = json.loads((out / "sft_data" / "meta.json").read_text())["identity"]
+    assert identity["policy"] == "slips:0.75:expert"
+    assert identity["env_kwargs"] == {"dim_room": 7, "history_length": 0}
+    samples = [json.loads(x) for x in (out / "sft_data" / "samples.jsonl").read_text().splitlines()]
+    assert samples and not any("most recent" in x["messages"][0]["content"] for x in samples)
+    assert all(x["messages"][0]["content"].count("#######") >= 2 for x in samples)  # 7-wide walls
 
 
 @pytest.mark.slow
@@ -140,20 +147,27 @@ def test_quickstart_refuses_a_folder_of_other_settings(tmp_path):
 
 
 @pytest.mark.slow
-def test_quickstart_on_larger_rooms_plays_every_phase_there(tmp_path):
-    out = tmp_path / "qs7"
+def test_quickstart_on_the_papers_rooms_and_prompt_plays_every_phase_there(tmp_path):
+    """--room-size 6 --history-length 2 (the paper's settings) reach every phase: the
+    demonstrations, the three evals and the RL run all play 6×6 rooms with two past turns in
+    the prompt (no env kwargs: the envs' defaults), and the SFT's prompts show the history."""
+    out = tmp_path / "qs6"
     proc = subprocess.run([sys.executable, "-m", "arlgym.cli", "quickstart", "--fast", "--out",
-                           str(out), "--room-size", "7", "--rl-algos", "sampo"],
+                           str(out), "--room-size", "6", "--history-length", "2", "--rl-algos", "sampo",
+                           "--teacher", "greedy"],
                           capture_output=True, text=True, timeout=1200)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "Sokoban 7x7/1 box" in proc.stdout
-    seven = {"dim_room": 7}
-    assert json.loads((out / "sft_data" / "meta.json").read_text())["identity"]["env_kwargs"] == seven
+    assert "Sokoban 6x6/1 box" in proc.stdout and "the greedy teacher's won episodes" in proc.stdout
+    identity = json.loads((out / "sft_data" / "meta.json").read_text())["identity"]
+    assert identity["env_kwargs"] is None and identity["policy"] == "greedy"
     for row in ("random", "teacher", "sft"):
-        assert json.loads((out / f"eval_{row}.settings.json").read_text())["env_kwargs"] == seven
+        assert json.loads((out / f"eval_{row}.settings.json").read_text())["env_kwargs"] is None
     run_cfg = json.loads((out / "arena" / "sampo" / "seed-0" / "config.json").read_text())["config"]
-    assert run_cfg["env_kwargs"] == seven
-    assert json.loads((out / "recipe.json").read_text())["room_size"] == 7
+    assert not run_cfg.get("env_kwargs")
+    samples = [json.loads(x) for x in (out / "sft_data" / "samples.jsonl").read_text().splitlines()]
+    assert any("Below are the most recent" in x["messages"][0]["content"] for x in samples)
+    recipe = json.loads((out / "recipe.json").read_text())
+    assert (recipe["room_size"], recipe["history_length"], recipe["teacher"]) == (6, 2, "greedy")
 
 
 def test_a_folder_older_than_a_setting_is_read_as_what_it_ran(tmp_path):

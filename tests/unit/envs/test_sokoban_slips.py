@@ -42,7 +42,7 @@ def test_slip_rate_is_p_and_keeps_the_reasoning():
     changed = turns = 0
     pol = seeded_policy("slips:0.4:expert", 7)
     for _ in range(40):  # the same positions asked again: each ask draws its slips anew
-        for b, c in zip(base, pol.generate(prompts, envs=envs)):
+        for b, c in zip(base, pol.generate(prompts, envs=envs), strict=True):
             (think_b, act_b), (think_c, act_c) = ACTION.match(b).groups(), ACTION.match(c.text).groups()
             assert think_c == think_b and act_c in ("up", "down", "left", "right")
             changed += act_c != act_b
@@ -90,7 +90,7 @@ def test_a_mistake_names_the_move_made_in_its_reasoning():
     assert pol.name == "mistakes:1:expert"
     same = turns = 0
     for _ in range(10):
-        for b, c in zip(base, pol.generate(prompts, envs=envs)):
+        for b, c in zip(base, pol.generate(prompts, envs=envs), strict=True):
             think, act = ACTION.match(c.text).groups()
             assert think == f"plan: {act}"
             same += act == b
