@@ -161,7 +161,7 @@ def test_quickstart_on_the_papers_rooms_and_prompt_plays_every_phase_there(tmp_p
     identity = json.loads((out / "sft_data" / "meta.json").read_text())["identity"]
     assert identity["env_kwargs"] is None and identity["policy"] == "greedy"
     for row in ("random", "teacher", "sft"):
-        assert json.loads((out / f"eval_{row}.settings.json").read_text())["env_kwargs"] is None
+        assert not json.loads((out / f"eval_{row}.settings.json").read_text())["env_kwargs"]  # the defaults
     run_cfg = json.loads((out / "arena" / "sampo" / "seed-0" / "config.json").read_text())["config"]
     assert not run_cfg.get("env_kwargs")
     samples = [json.loads(x) for x in (out / "sft_data" / "samples.jsonl").read_text().splitlines()]
