@@ -96,7 +96,7 @@ class QuickstartConfig:
     #: optimizer steps of every run (the budget): 8 steps of 16 rooms × 8 rollouts (1,024
     #: episodes a run), lr 2e-4, PPO mini-batches of 256 turn samples (the later ones
     #: off-policy, so the IS clipping designs differ), dynamic-sampling cold start 2. Longer
-    #: runs gained no more from this start (docs/main_job.md: 16 and 24 steps measured)
+    #: runs added little on one seed and gave the gain back on another (docs/main_job.md)
     rl_steps: int = 8
     rl_tasks: int = 16
     rl_group_size: int = 8
