@@ -191,13 +191,14 @@ def _check_teacher(spec: str) -> None:
     from arlgym.errors import ConfigError, UnknownPolicyError
     from arlgym.policies.spec import seeded_policy
 
-    base = spec.rsplit(":", 1)[-1] if spec.startswith(("slips:", "mistakes:")) else spec
     try:
-        seeded_policy(spec, 0)
+        base = seeded_policy(spec, 0)
     except UnknownPolicyError as e:
         raise ConfigError(f"--teacher {spec!r}: {str(e).splitlines()[0]}. Fix: --teacher greedy, "
                           "expert, or slips|mistakes:<p>:greedy|expert (e.g. slips:0.75:expert)") from None
-    if base not in ("greedy", "expert"):
+    while hasattr(base, "base"):  # slips / mistakes of another policy
+        base = base.base
+    if getattr(base, "name", None) not in ("greedy", "expert"):
         raise ConfigError(f"--teacher {spec!r}: the demonstrator must be the greedy teacher or the "
                           "expert, with or without slips. Fix: --teacher greedy, expert, or "
                           "slips|mistakes:<p>:greedy|expert (e.g. slips:0.75:expert)")

@@ -280,8 +280,9 @@ def arena_spec(cfg: QuickstartConfig, sft_dir: Path, out: Path):
         "eval_temperature": cfg.eval_temperature, "eval_samples": cfg.eval_samples,
         "eval_top_p": cfg.eval_top_p, "eval_top_k": cfg.eval_top_k,
     }
-    if env_kwargs(cfg):
-        base["env_kwargs"] = env_kwargs(cfg)
+    kwargs = env_kwargs(cfg)
+    if kwargs:
+        base["env_kwargs"] = kwargs
     if cfg.rl_threads >= 0:
         base["torch_threads"] = cfg.rl_threads
     return ArenaSpec(out=str((out / "arena").resolve()), algos=list(cfg.rl_algos),

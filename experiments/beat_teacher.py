@@ -95,8 +95,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     import torch
 
     torch.set_num_threads(1)
-    from arlgym.policies import make_policy
-    from arlgym.policies.spec import seeded_policy
+    from arlgym.policies.spec import draws_its_own, seeded_policy
     from arlgym.quickstart import paired_difference
     from arlgym.sft.collect import CollectConfig, collect_sft
     from arlgym.sft.train import SFTRunConfig, train_sft
@@ -107,11 +106,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     result: dict[str, Any] = {}
     # a policy with an RNG of its own plays other episodes with another seed: its eval is per seed
-    own_rng = args.teacher.startswith(("slips:", "mistakes:"))
-    teacher = _eval(f"teacher-s{args.seed}" if own_rng else "teacher",
-                    seeded_policy(args.teacher, args.seed), args.test, out)
-    random = _eval("random" if args.seed == 0 else f"random-s{args.seed}",
-                   make_policy("random", seed=args.seed), args.test, out)
+    def name(spec: str, what: str) -> str:
+        return f"{what}-s{args.seed}" if draws_its_own(spec) else what
+
+    teacher = _eval(name(args.teacher, "teacher"), seeded_policy(args.teacher, args.seed), args.test, out)
+    random = _eval(name("random", "random"), seeded_policy("random", args.seed), args.test, out)
     result["teacher"] = sum(teacher) / len(teacher)
     result["random"] = sum(random) / len(random)
     print(f"teacher {result['teacher']:.1%}  random {result['random']:.1%}", flush=True)

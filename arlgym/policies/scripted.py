@@ -150,13 +150,14 @@ class SlipPolicy:
                 raise ConfigError(
                     f"{type(env.unwrapped).__name__} has no finite admissible action list; a "
                     "policy cannot slip on it")
+            choice = actions[min(int(pick * len(actions)), len(actions) - 1)]
             if out[i] is None:  # nothing left to plan: the move is a random one
-                out[i] = Completion("<think>no plan</think><action></action>")
+                out[i] = Completion(f"<think>no plan</think><action>{choice}</action>")
+                continue
             text = out[i].text
             start, end = text.rfind("<action>"), text.rfind("</action>")
             if start < 0 or end < start:
                 continue  # a malformed base answer is passed through
-            choice = actions[min(int(pick * len(actions)), len(actions) - 1)]
             head = text[:start]
             if self.reasoning == "match":  # a mistake: the reasoning names the move made
                 base_action = text[start + len("<action>"):end].strip()

@@ -10,7 +10,7 @@ from typing import Any
 
 from arlgym.errors import UnknownPolicyError
 
-__all__ = ["make_policy", "seeded_policy", "POLICY_KINDS"]
+__all__ = ["make_policy", "seeded_policy", "draws_its_own", "POLICY_KINDS"]
 
 POLICY_KINDS: dict[str, str] = {
     "expert": "the env's scripted expert (optimal solver / planner)",
@@ -25,14 +25,18 @@ POLICY_KINDS: dict[str, str] = {
 }
 
 
+def draws_its_own(spec: str) -> bool:
+    """Whether the policy a spec names draws from an RNG of its own (``random``, ``slips:…``,
+    ``mistakes:…``): its episodes then depend on the seed it is built with."""
+    spec = spec.strip()
+    return spec == "random" or spec.startswith(("slips:", "mistakes:"))
+
+
 def seeded_policy(spec: str, seed: int | None):
     """:func:`make_policy`, with ``seed`` given to the policies that draw from an RNG of their
-    own (``random``, ``slips:…``, ``mistakes:…``), so their episodes are reproducible like
-    everything else; model policies take their seed per request."""
-    spec = spec.strip() if isinstance(spec, str) else spec
-    if spec == "random" or (isinstance(spec, str) and spec.startswith(("slips:", "mistakes:"))):
-        return make_policy(spec, seed=seed)
-    return make_policy(spec)
+    own (:func:`draws_its_own`), so their episodes are reproducible like everything else;
+    model policies take their seed per request."""
+    return make_policy(spec, seed=seed) if draws_its_own(spec) else make_policy(spec)
 
 
 def make_policy(spec: str, **kwargs: Any):
