@@ -182,6 +182,7 @@ def _check_quickstart(cfg: Any) -> None:
     check_int("--history-length", cfg.history_length, min=0, max=8, example=0)
     _check_teacher(cfg.teacher)
     check_float("--rl-lr", cfg.rl_lr, gt=0.0, example=5e-4)
+    check_float("--rl-temperature", cfg.rl_temperature, gt=0.0, example=0.6)
     check_float("--sft-minutes", cfg.sft_minutes, gt=0.0, allow_none=True)
 
 
@@ -212,7 +213,7 @@ def _cmd_quickstart(args: argparse.Namespace) -> int:
     cfg = QuickstartConfig.fast() if args.fast else QuickstartConfig()
     if args.out:
         cfg.out = args.out
-    for name in ("episodes", "sft_steps", "sft_minutes", "eval_episodes", "rl_steps", "rl_lr",
+    for name in ("episodes", "sft_steps", "sft_minutes", "eval_episodes", "rl_steps", "rl_lr", "rl_temperature",
                  "threads", "sft_threads", "rl_threads", "rl_jobs", "seed", "teacher", "eval_samples",
                  "room_size", "history_length"):
         value = getattr(args, name)
@@ -327,6 +328,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rl-steps", type=int, default=None,
                    help="optimizer steps of every RL run, 16 rooms x 8 rollouts each (default: 8)")
     p.add_argument("--rl-lr", type=float, default=None, help="RL learning rate (default: 2e-4)")
+    p.add_argument("--rl-temperature", type=float, default=None,
+                   help="sampling temperature of the RL rollouts; the PPO ratio's log-probs use "
+                        "the same (default: 0.6, the eval's; the paper's rollouts use 1.0)")
     p.add_argument("--rl-jobs", type=int, default=None,
                    help="RL runs at once (default: 2; each gets cores / jobs torch threads)")
     p.add_argument("--threads", type=int, default=None,

@@ -160,6 +160,11 @@ class TrainConfig:
     rollout_correction_floor: float | None = _f(None, "Bottom of the MIS/IcePop band (α of "
                                                       "IcePop); unset: the source's value (MIS "
                                                       "0, IcePop 0.5).")
+    credit: str = _f("response", "Which response tokens carry the policy-gradient loss: "
+                                 "response (every token, the paper) | action (the tokens after "
+                                 "</think>: the reasoning is conditioned on but not pushed "
+                                 "directly; a reply without </think> keeps every token). "
+                                 "arlgym/rl/credit.py says why.")
     share_prompts: bool = _f(True, "Run a prompt that several turn samples share (every group's "
                                    "first turn) once, its keys/values reused by each member's "
                                    "response; same loss and gradients, less compute.")
@@ -230,6 +235,9 @@ class TrainConfig:
                               f"{self.vllm_gpu_memory_utilization}")
         if self.lora_r < 0:
             raise ConfigError(f"lora_r must be >= 0, got {self.lora_r}")
+        from arlgym.rl.credit import check_credit
+
+        check_credit(self.credit)
         if self.is_band is not None and not 0.0 < self.is_band < 1.0:
             raise ConfigError(f"is_band must be in (0, 1) or null, got {self.is_band}")
         if self.eval_samples > 1 and self.eval_temperature <= 0:

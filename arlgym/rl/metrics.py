@@ -137,6 +137,9 @@ MISMATCH_MASKED = _m("mismatch/masked_frac", "mean",
                      "tokens the rollout correction zeroed (MIS / IcePop; TIS: 0)")
 MISMATCH_WEIGHT = _m("mismatch/weight_mean", "mean", "mean correction weight over tokens")
 _m("mismatch/truncated_frac", "mean", "tokens (or sequences' tokens) whose TIS weight was capped")
+# ---------------------------------------------------------------- credit (arlgym/rl/credit.py)
+CREDIT_TOKEN_FRAC = _m("credit/token_frac", "mean", "share of response tokens that carry the "
+                       "policy-gradient loss (credit action: the tokens after </think>)")
 # ---------------------------------------------------------------- staleness (async rollouts)
 STALENESS_MEAN = _m("staleness/mean", "mean", "mean updates between sampling and training")
 STALENESS_MAX = _m("staleness/max", "max", "most updates between sampling and training")

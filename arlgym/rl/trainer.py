@@ -56,6 +56,7 @@ from arlgym.rl.batching import (
 )
 from arlgym.rl.config import TrainConfig, check_env
 from arlgym.rl.correction import RolloutCorrection
+from arlgym.rl.credit import apply_credit, credit_rows, credited_tokens
 from arlgym.rl.distributed import check_rollout_support, full_weights, set_launcher_env
 from arlgym.rl.lora import adapters_disabled, merged_copy, merged_weights
 from arlgym.rl.losses import policy_loss
@@ -550,7 +551,7 @@ class Trainer:
             perm = torch.randperm(n_local, generator=gen).tolist() if n_local else []
             chunks = [perm[k::n_mini] for k in range(n_mini)]
             for chunk in chunks:
-                tokens = sum(len(samples[i].response_ids) for i in chunk)
+                tokens = sum(credited_tokens(samples[i]) for i in chunk)
                 g_tokens = max(1.0, self._all_sum(tokens))
                 g_seqs = max(1.0, self._all_sum(len(chunk)))
                 micro = (_micro_batches(samples, chunk, cfg.micro_batch_tokens, self.share_prompts,
@@ -566,6 +567,8 @@ class Trainer:
                     with sync:
                         logp, ent, response_mask = self._logprobs(self.model, sub, True)
                         width = logp.shape[1]
+                        if self.cfg.credit != "response" and n_local:  # the credit hook
+                            response_mask = response_mask * credit_rows(samples, idx, width).to(response_mask)
                         if n_local:
                             old = self._stack(samples, idx, width, "old_logprobs")
                             ref = self._stack(samples, idx, width, "ref_logprobs") if self.use_ref else None
@@ -608,6 +611,7 @@ class Trainer:
         t_roll = time.perf_counter() - t0
         trajs = [t for g in groups for t in g]
         samples = token_samples(trajs, stop_ids=self.image_slot_ids)
+        credit_metrics = apply_credit(samples, self.tokenizer, self.cfg.credit)
         if self.cfg.async_rollouts:  # each turn's staleness: updates since its weights
             versions = [st.policy_version for t in trajs for st in t.steps]
             for s, v in zip(samples, versions, strict=True):
@@ -638,6 +642,7 @@ class Trainer:
         if recomputed:
             metrics.update(rollout_mismatch_metrics(samples))
         metrics.update(corr_metrics)
+        metrics.update(credit_metrics)
         if self.cfg.async_rollouts:
             metrics.update(_staleness_metrics([s.extra["staleness"] for s in samples],
                                               self.cfg.max_staleness))
@@ -802,6 +807,9 @@ class Trainer:
         model = self.accelerator.unwrap_model(self.model)
         policies = {"last": HFPolicy(model, tokenizer=self.tokenizer, processor=self.processor,
                                      batch_size=self.cfg.generation_batch_size)}
+        # the live model holds final/'s weights: the eval's settings name that folder, not the
+        # model the run started from (which is what the live model's config still names)
+        policies["last"].name = f"hf:{self.out / 'final'}"
         if (self.out / "best" / "best.json").exists():
             policies["best"] = make_policy(f"hf:{self.out / 'best'}")
         out: dict[str, dict[str, Any]] = {}

@@ -38,6 +38,8 @@ def test_quickstart_fast(fast_quickstart):
         run = out / "arena" / algo / "seed-0"
         assert (run / "final").is_dir() and (run / "eval" / "test-last.jsonl").exists()
         cfg = json.loads((run / "config.json").read_text())["config"]
+        settings = json.loads((run / "eval" / "test-last.settings.json").read_text())
+        assert settings["policy"] == f"hf:{Path(cfg['output_dir']) / 'final'}"  # the weights it played
         assert cfg["model"] == str((out / "sft").resolve()) and cfg["max_steps"] == 2
         assert cfg["test_episodes"] == 8 and cfg["eval_split"] == "val"
         # the arena's evals use the table's protocol: the paper's sampling, 2 episodes a room

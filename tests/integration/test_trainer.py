@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from arlgym.errors import ConfigError
+from arlgym.models import load_tokenizer
 from arlgym.rl import metrics as M
 from arlgym.rl.cli import parse_train_config
 from arlgym.rl.presets import PRESETS
@@ -380,3 +381,44 @@ def test_rollout_correction_recomputes_old_logprobs_and_logs_the_mismatch(tmp_pa
 def test_rollout_correction_none_logs_no_mismatch_when_old_logprobs_come_from_the_sampler(tmp_path):
     _, history = _run(tmp_path, "--algo", "grpo", "--max_steps", "1")
     assert not any(k.startswith("mismatch/") for k in history[0])
+
+
+def test_action_credit_trains_the_action_as_if_the_reasoning_were_prompt(tmp_path):
+    """credit action: a turn's loss and gradient are exactly those of the same turn with its
+    reasoning moved into the prompt (the action conditioned on it, trained on its own);
+    credit response trains the reasoning's tokens too, so its gradient differs."""
+    from arlgym.rl.batching import TokenSample
+    from arlgym.rl.credit import apply_credit
+
+    def run(credit, prompt_ids, responses):
+        cfg = parse_train_config([*TINY, "--output_dir", str(tmp_path / credit), "--algo", "grpo",
+                                  "--credit", credit, "--seed", "3"])
+        tr = Trainer(cfg)
+        ss = [TokenSample(uid=f"u{i}", traj_id=f"t{i}", step=0, anchor="a", step_reward=r,
+                          episode_return=r, format_penalty=0.0, format_valid=True,
+                          action_valid=True, won=r > 0, prompt_ids=prompt_ids,
+                          response_ids=resp) for i, (r, resp) in enumerate(zip((1.0, 0.0), responses))]
+        apply_credit(ss, tr.tokenizer, credit)
+        tr._fill_logprobs(ss, need_entropy=False)
+        grads = []
+        step = tr.optimizer.step
+        tr.optimizer.step = lambda *a, **k: (grads.append([p.grad.clone() for p in tr.model.parameters()]),
+                                             step(*a, **k))[1]
+        metrics = tr._update(ss, torch.tensor([1.0, -0.5]))
+        return ss, metrics, grads[0]
+
+    tok = load_tokenizer("tiny")
+    ids = lambda text: tok(text, add_special_tokens=False)["input_ids"]  # noqa: E731
+    think = ids("<think>plan: up, left</think>")
+    actions = [ids(f"<action>{a}</action>") + [tok.eos_token_id] for a in ("up", "left")]
+    prompt = ids("a room")
+    whole, m_action, g_action = run("action", prompt, [think + a for a in actions])
+    _, m_moved, g_moved = run("response", prompt + think, actions)
+    _, m_response, g_response = run("response", prompt, [think + a for a in actions])
+    assert whole[0].extra["credit_from"] == len(think)
+    assert m_action["pg_loss"] == pytest.approx(m_moved["pg_loss"], abs=1e-6)
+    gap = max(float((a - b).abs().max()) for a, b in zip(g_action, g_moved, strict=True))
+    trained_think = max(float((a - b).abs().max()) for a, b in zip(g_response, g_moved, strict=True))
+    scale = max(float(b.abs().max()) for b in g_moved)
+    assert gap < 1e-4 * scale  # float rounding of two batch layouts
+    assert trained_think > 100 * gap  # the reasoning's own tokens do move the response run
