@@ -397,7 +397,7 @@ def test_action_credit_trains_the_action_as_if_the_reasoning_were_prompt(tmp_pat
         ss = [TokenSample(uid=f"u{i}", traj_id=f"t{i}", step=0, anchor="a", step_reward=r,
                           episode_return=r, format_penalty=0.0, format_valid=True,
                           action_valid=True, won=r > 0, prompt_ids=prompt_ids,
-                          response_ids=resp) for i, (r, resp) in enumerate(zip((1.0, 0.0), responses))]
+                          response_ids=resp) for i, (r, resp) in enumerate(zip((1.0, 0.0), responses, strict=True))]
         apply_credit(ss, tr.tokenizer, credit)
         tr._fill_logprobs(ss, need_entropy=False)
         grads = []

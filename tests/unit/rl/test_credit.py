@@ -1,7 +1,6 @@
 """Credit: which response tokens carry the policy-gradient loss (arlgym/rl/credit.py)."""
 
 import pytest
-import torch
 
 from arlgym.errors import ConfigError
 from arlgym.models import load_tokenizer
