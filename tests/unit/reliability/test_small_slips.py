@@ -38,13 +38,13 @@ def test_the_human_player_hears_about_an_unknown_move_and_sees_steps_and_return(
 
 @pytest.mark.parametrize("flag, value", [("--episodes", "-5"), ("--rl-lr", "-1"),
                                          ("--rl-jobs", "0"), ("--eval-episodes", "0"),
-                                         ("--rl-temperature", "0")])
+                                         ("--rl-temperature", "0"), ("--rl-kl-coef", "-0.1")])
 def test_quickstart_names_its_own_flag_before_printing_anything(tmp_path, flag, value):
     out = tmp_path / "qs"
     proc = subprocess.run([sys.executable, "-m", "arlgym.cli", "quickstart", flag, value,
                            "--out", str(out)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and proc.stdout == "", proc.stdout
-    assert proc.stderr.startswith(f"arlgym: error: {flag}={float(value) if flag in ('--rl-lr', '--rl-temperature') else int(value)} is invalid")
+    assert proc.stderr.startswith(f"arlgym: error: {flag}={float(value) if flag in ('--rl-lr', '--rl-temperature', '--rl-kl-coef') else int(value)} is invalid")
     assert "YAML" not in proc.stderr and not out.exists()
 
 
