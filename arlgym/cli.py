@@ -183,7 +183,7 @@ def _check_quickstart(cfg: Any) -> None:
     _check_teacher(cfg.teacher)
     check_float("--rl-lr", cfg.rl_lr, gt=0.0, example=5e-4)
     check_float("--rl-temperature", cfg.rl_temperature, gt=0.0, example=1.0)
-    check_float("--rl-kl-coef", cfg.rl_kl_coef, min=0.0, example=0.2)
+    check_float("--rl-kl-coef", cfg.rl_kl_coef, min=0.0, allow_none=True, example=0.2)
     check_float("--sft-minutes", cfg.sft_minutes, gt=0.0, allow_none=True)
 
 
@@ -214,7 +214,8 @@ def _cmd_quickstart(args: argparse.Namespace) -> int:
     cfg = QuickstartConfig.fast() if args.fast else QuickstartConfig()
     if args.out:
         cfg.out = args.out
-    for name in ("episodes", "sft_steps", "sft_minutes", "eval_episodes", "rl_steps", "rl_lr", "rl_temperature", "rl_kl_coef",
+    for name in ("episodes", "sft_steps", "sft_minutes", "eval_episodes", "rl_steps", "rl_lr",
+                 "rl_temperature", "rl_kl_coef",
                  "threads", "sft_threads", "rl_threads", "rl_jobs", "seed", "teacher", "eval_samples",
                  "room_size", "history_length"):
         value = getattr(args, name)
@@ -303,7 +304,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "behaviour-clone the tiny model on them, evaluate, "
                                    "then a small arena from the SFT checkpoint: GRPO and SAMPO "
                                    "side by side with one budget (`arlgym arena run`), each run's "
-                                   "final policy evaluated on the same held-out rooms "
+                                   "best-on-validation policy evaluated on the same held-out rooms "
                                    "with the paper's validation sampling. Prints a random / "
                                    "teacher / SFT / SFT+GRPO / SFT+SAMPO table with every effect "
                                    "as a paired difference (vs the SFT, vs the teacher, SAMPO vs "
@@ -315,13 +316,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--episodes", type=int, default=None,
                    help="teacher episodes played; the won ones are the demonstrations (default: 3000)")
     p.add_argument("--sft-steps", type=int, default=None,
-                   help="SFT optimizer steps (default: 1000, about 4 passes over the demonstrations; 0 = 3 "
+                   help="SFT optimizer steps (default: 600: about as good as the teacher; 0 = 3 "
                         "epochs of the demonstrations)")
     p.add_argument("--sft-minutes", type=float, default=None,
                    help="optional guard: stop SFT after this many minutes; the run is then marked "
                         "cut short and exits 3 unless --allow-short (default: none)")
     p.add_argument("--eval-episodes", type=int, default=None,
-                   help="held-out rooms, the same for SFT and every RL run (default: 400)")
+                   help="held-out rooms, the same for SFT and every RL run (default: 200)")
     p.add_argument("--rl-algos", default=None,
                    help="arena presets compared from the SFT checkpoint, comma-separated; the "
                         "last is compared with the first on the same rooms (default: grpo,sampo; "
@@ -330,9 +331,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="optimizer steps of every RL run, 16 rooms x 8 rollouts each (default: 8)")
     p.add_argument("--rl-lr", type=float, default=None, help="RL learning rate (default: 2e-4)")
     p.add_argument("--rl-kl-coef", type=float, default=None,
-                   help="k3 KL-to-the-SFT coefficient of every RL run (default: 0.2, which keeps "
-                        "the written plan close to the imitation's while the moves change; the "
-                        "paper's 0.01 lets RL rewrite the plan: docs/main_job.md)")
+                   help="k3 KL-to-the-SFT coefficient of every RL run (default: the presets' "
+                        "0.01, the paper's)")
     p.add_argument("--rl-temperature", type=float, default=None,
                    help="sampling temperature of the RL rollouts; the PPO ratio's log-probs use "
                         "the same (default: 1.0, the paper's)")
