@@ -132,6 +132,48 @@ def test_research_scripts_run_from_a_quickstart(fast_quickstart, tmp_path):
     assert row["greedy"]["effect"]["gained"] + row["greedy"]["effect"]["lost"] <= 8
 
 
+def test_a_variant_runs_the_quickstarts_recipe_with_one_field_changed(fast_quickstart, tmp_path):
+    """experiments/quickstart_variant.py: the quickstart's own arena run for one preset from its
+    SFT, a trainer field changed, paired against the SFT's eval on the same rooms."""
+    out, proc = fast_quickstart
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    variant = tmp_path / "variant"
+    run = subprocess.run([sys.executable, str(REPO / "experiments" / "quickstart_variant.py"),
+                          "--from", str(out), "--out", str(variant), "--algo", "grpo",
+                          "--set", "credit=action", "--set", "kl_coef=0.2"],
+                         capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-3000:]
+    cfg = json.loads((variant / "arena" / "grpo" / "seed-0" / "config.json").read_text())["config"]
+    assert (cfg["credit"], cfg["kl_coef"], cfg["max_steps"], cfg["test_episodes"]) == ("action", 0.2, 2, 8)
+    result = json.loads((variant / "variant.json").read_text())
+    final = result["checkpoints"]["final"]
+    assert final["effect"]["gained"] + final["effect"]["lost"] <= 8 and "final: RL - SFT" in run.stdout
+    bad = subprocess.run([sys.executable, str(REPO / "experiments" / "quickstart_variant.py"),
+                          "--from", str(tmp_path), "--out", str(tmp_path / "x")],
+                         capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and "not a finished quickstart" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_plan_consistency_counts_slips_against_the_written_plan(tmp_path):
+    sys.path.insert(0, str(REPO / "experiments"))
+    try:
+        from quickstart_variant import plan_consistency
+    finally:
+        sys.path.pop(0)
+
+    def turn(plan, move):
+        return {"response": f"<think>plan: {plan} up</think><action>{move}</action>"}
+
+    episodes = [{"steps": [turn("left", "left"), {**turn("up", "up"), "won": True}]},  # no slip, won
+                {"steps": [turn("left", "down"), {**turn("up", "up"), "won": True}]},  # slip, won
+                {"steps": [turn("left", "left"), {"response": "garbled", "won": False}]}]  # no slip, lost
+    path = tmp_path / "e.jsonl"
+    path.write_text("\n".join(json.dumps(e) for e in episodes))
+    got = plan_consistency(path)
+    assert got["turns"] == 5 and got["slip_share"] == 1 / 5
+    assert got["won_without_slip"] == 0.5 and got["won_with_slip"] == 1.0 and got["episodes_without_slip"] == 2
+
+
 def test_quickstart_refuses_a_folder_of_other_settings(tmp_path):
     """A rerun on an --out made with other settings would read the old recipe's finished RL
     runs back as the new one's: refused up front, naming what differs and the fix."""
