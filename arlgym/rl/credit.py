@@ -18,7 +18,9 @@ plan drifts on noise while the move that decided the reward is a small share of 
 The reasoning is still conditioned on, and its weights still move through the shared network;
 what ``action`` removes is the direct push on the reasoning's own tokens. The mask multiplies the
 response mask, so the loss's token and sequence counts (and the sequence mask of ``*_SM``
-presets) are taken over the credited tokens.
+presets) are taken over the credited tokens — and the KL term too: the reasoning's tokens lose
+their pull towards the reference along with their policy gradient. Measured on the main job's
+Sokoban, that made ``action`` worse than ``response`` (the plan drifted; docs/algorithms.md).
 """
 
 from __future__ import annotations
