@@ -14,7 +14,8 @@ they disagree, and how often episodes without such a slip are won).
         --algo sampo --set credit=action
 
 Every reported checkpoint is paired (``final``, and ``best`` where the recipe keeps one);
-``<out>/variant.json`` holds the numbers. A rerun with the same ``--out`` resumes the run.
+``<out>/variant.json`` holds the numbers. One torch thread; a rerun with the same ``--out``
+resumes the run.
 """
 
 from __future__ import annotations
@@ -85,6 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     recipe = {k: v for k, v in json.loads(recipe_path.read_text()).items() if k in known}
     recipe["rl_algos"] = (args.algo,)
     recipe["rl_jobs"] = 1
+    recipe["rl_threads"] = 1  # fixed, so that a busy machine gives the same numbers, later
     cfg = QuickstartConfig(**recipe)
     spec = arena_spec(cfg, start / "sft", out)
     for item in args.set:

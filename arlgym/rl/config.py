@@ -160,10 +160,11 @@ class TrainConfig:
     rollout_correction_floor: float | None = _f(None, "Bottom of the MIS/IcePop band (α of "
                                                       "IcePop); unset: the source's value (MIS "
                                                       "0, IcePop 0.5).")
-    credit: str = _f("response", "Which response tokens carry the policy-gradient loss: "
-                                 "response (every token, the paper) | action (the tokens after "
-                                 "</think>: the reasoning is conditioned on but not pushed "
-                                 "directly; a reply without </think> keeps every token). "
+    credit: str = _f("response", "Which response tokens carry the loss: response (every "
+                                 "token, the paper) | action (the tokens after </think>, for "
+                                 "every term: as if the reasoning were prompt) | action-pg (the "
+                                 "policy gradient on those only; the KL and entropy keep the "
+                                 "whole response). A reply without </think> keeps every token. "
                                  "arlgym/rl/credit.py says why.")
     share_prompts: bool = _f(True, "Run a prompt that several turn samples share (every group's "
                                    "first turn) once, its keys/values reused by each member's "

@@ -8,19 +8,26 @@ plan drifts on noise while the move that decided the reward is a small share of 
 
 ``credit`` names the tokens that carry the loss:
 
-============  ================================================================================
-``response``  every response token (the paper; the default)
-``action``    the tokens after the closing ``</think>``: the ``<action>`` block and the end of
-              turn. A response with no ``</think>`` keeps every token, so the format penalty
-              still reaches a malformed reply.
-============  ================================================================================
+==============  ==============================================================================
+``response``    every response token (the paper; the default)
+``action``      the tokens after the closing ``</think>`` — the ``<action>`` block and the end
+                of turn — for every term: the turn is trained as if its reasoning were prompt
+                (policy gradient, KL, entropy and the loss's token counts over the action)
+``action-pg``   the policy gradient on those tokens only, as a per-token weight (0 on the
+                reasoning); the KL to the reference, the entropy bonus and the token counts
+                keep the whole response, so the reasoning is held to the reference while the
+                move learns from the reward
+==============  ==============================================================================
 
-The reasoning is still conditioned on, and its weights still move through the shared network;
-what ``action`` removes is the direct push on the reasoning's own tokens. The mask multiplies the
-response mask, so the loss's token and sequence counts (and the sequence mask of ``*_SM``
-presets) are taken over the credited tokens — and the KL term too: the reasoning's tokens lose
-their pull towards the reference along with their policy gradient. Measured on the main job's
-Sokoban, that made ``action`` worse than ``response`` (the plan drifted; docs/algorithms.md).
+A response with no ``</think>`` keeps every token, so the format penalty still reaches a
+malformed reply. The reasoning is still conditioned on, and its weights still move through the
+shared network; what these modes remove is the direct push of the advantage on the reasoning's
+own tokens. ``action`` multiplies the response mask, so the sequence mask of ``*_SM`` presets and
+GSPO's sequence ratio are taken over the action too — and the KL term goes with it: the
+reasoning's tokens lose their pull towards the reference. Measured on the main job's Sokoban,
+that made ``action`` worse than ``response`` (the plan drifted; docs/algorithms.md), which is
+what ``action-pg`` keeps. (Zero-weighted tokens carry no policy gradient under GSPO/SAMPO
+either: their per-token term is ``s_i · π_t/sg(π_t)``, whose gradient is the token's own.)
 """
 
 from __future__ import annotations
@@ -30,18 +37,19 @@ from typing import Any
 
 from arlgym.errors import ConfigError
 
-__all__ = ["CREDIT_MODES", "THINK_END", "action_start", "apply_credit", "check_credit", "credit_rows",
-           "credited_tokens"]
+__all__ = ["CREDIT_MODES", "THINK_END", "action_start", "apply_credit", "check_credit",
+           "counted_tokens", "credit_masks", "credit_rows"]
 
-CREDIT_MODES = ("response", "action")
+CREDIT_MODES = ("response", "action", "action-pg")
 THINK_END = "</think>"
 
 
 def check_credit(mode: str) -> None:
     if mode not in CREDIT_MODES:
         raise ConfigError(f"credit must be one of {', '.join(CREDIT_MODES)}, got {mode!r}. "
-                          "Fix: --credit response (every response token, the paper) or "
-                          "--credit action (the tokens after </think>)")
+                          "Fix: --credit response (every response token, the paper), "
+                          "--credit action (the tokens after </think>, every loss term) or "
+                          "--credit action-pg (the policy gradient on those only)")
 
 
 def action_start(response_ids: Sequence[int], tokenizer: Any, marker: str = THINK_END) -> int | None:
@@ -63,8 +71,8 @@ def action_start(response_ids: Sequence[int], tokenizer: Any, marker: str = THIN
 
 def apply_credit(samples: Sequence[Any], tokenizer: Any, mode: str) -> dict[str, float]:
     """Write each sample's credited span as ``extra["credit_from"]`` (tokens before it carry no
-    loss) for ``mode`` ``action``; nothing for ``response``. Returns ``credit/token_frac``, the
-    share of response tokens that carry the loss."""
+    policy gradient) for the action modes; nothing for ``response``. Returns
+    ``credit/token_frac``, the share of response tokens that carry the policy gradient."""
     check_credit(mode)
     total = sum(len(s.response_ids) for s in samples)
     if mode == "response" or not samples:
@@ -90,5 +98,23 @@ def credit_rows(samples: Sequence[Any], idx: Sequence[int], width: int):
     return out
 
 
-def credited_tokens(sample: Any) -> int:
-    return len(sample.response_ids) - int(sample.extra.get("credit_from", 0))
+def counted_tokens(sample: Any, mode: str) -> int:
+    """The sample's tokens in the loss's denominators: the credited ones under ``action``,
+    the whole response otherwise."""
+    if mode == "action":
+        return len(sample.response_ids) - int(sample.extra.get("credit_from", 0))
+    return len(sample.response_ids)
+
+
+def credit_masks(mode: str, samples: Sequence[Any], idx: Sequence[int], response_mask: Any,
+                 loss_kwargs: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """The micro-batch's response mask and ``policy_loss`` keyword arguments under ``mode``:
+    ``action`` narrows the mask, ``action-pg`` multiplies the per-token policy-gradient weights
+    (the rollout correction's, if any) by the credited tokens."""
+    if mode == "response":
+        return response_mask, loss_kwargs
+    rows = credit_rows(samples, idx, response_mask.shape[1]).to(response_mask)
+    if mode == "action":
+        return response_mask * rows, loss_kwargs
+    weights = loss_kwargs.get("token_weights")
+    return response_mask, {**loss_kwargs, "token_weights": rows if weights is None else weights * rows}

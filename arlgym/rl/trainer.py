@@ -56,7 +56,7 @@ from arlgym.rl.batching import (
 )
 from arlgym.rl.config import TrainConfig, check_env
 from arlgym.rl.correction import RolloutCorrection
-from arlgym.rl.credit import apply_credit, credit_rows, credited_tokens
+from arlgym.rl.credit import apply_credit, counted_tokens, credit_masks
 from arlgym.rl.distributed import check_rollout_support, full_weights, set_launcher_env
 from arlgym.rl.lora import adapters_disabled, merged_copy, merged_weights
 from arlgym.rl.losses import policy_loss
@@ -551,7 +551,7 @@ class Trainer:
             perm = torch.randperm(n_local, generator=gen).tolist() if n_local else []
             chunks = [perm[k::n_mini] for k in range(n_mini)]
             for chunk in chunks:
-                tokens = sum(credited_tokens(samples[i]) for i in chunk)
+                tokens = sum(counted_tokens(samples[i], cfg.credit) for i in chunk)
                 g_tokens = max(1.0, self._all_sum(tokens))
                 g_seqs = max(1.0, self._all_sum(len(chunk)))
                 micro = (_micro_batches(samples, chunk, cfg.micro_batch_tokens, self.share_prompts,
@@ -567,8 +567,6 @@ class Trainer:
                     with sync:
                         logp, ent, response_mask = self._logprobs(self.model, sub, True)
                         width = logp.shape[1]
-                        if self.cfg.credit != "response" and n_local:  # the credit hook
-                            response_mask = response_mask * credit_rows(samples, idx, width).to(response_mask)
                         if n_local:
                             old = self._stack(samples, idx, width, "old_logprobs")
                             ref = self._stack(samples, idx, width, "ref_logprobs") if self.use_ref else None
@@ -577,6 +575,9 @@ class Trainer:
                             old, ref, a = logp.detach(), (logp.detach() if self.use_ref else None), torch.zeros(1, device=acc.device)
                         weights = ({"token_weights": self._weights(samples, idx, width)}
                                    if self.correction.active and n_local else {})
+                        if cfg.credit != "response" and n_local:  # the credit hook
+                            response_mask, weights = credit_masks(cfg.credit, samples, idx,
+                                                                  response_mask, weights)
                         loss, metrics = policy_loss(
                             name, logp, old, a, response_mask, ref_logp=ref,
                             entropy=ent, global_tokens=g_tokens, num_seqs=g_seqs,

@@ -1,11 +1,13 @@
 """Credit: which response tokens carry the policy-gradient loss (arlgym/rl/credit.py)."""
 
 import pytest
+import torch
 
 from arlgym.errors import ConfigError
 from arlgym.models import load_tokenizer
 from arlgym.rl.batching import TokenSample
-from arlgym.rl.credit import action_start, apply_credit, credit_rows, credited_tokens
+from arlgym.rl.credit import action_start, apply_credit, counted_tokens, credit_masks, credit_rows
+from arlgym.rl.losses import policy_loss
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +42,8 @@ def test_apply_credit_action_counts_only_the_tokens_after_think(tok):
     b = _sample(tok, "<think>no plan</think><action>left</action>")
     metrics = apply_credit([a, b], tok, "action")
     after = [len(s.response_ids) - action_start(s.response_ids, tok) for s in (a, b)]
-    assert [credited_tokens(s) for s in (a, b)] == after
+    assert [counted_tokens(s, "action") for s in (a, b)] == after
+    assert [counted_tokens(s, "action-pg") for s in (a, b)] == [len(a.response_ids), len(b.response_ids)]
     assert metrics["credit/token_frac"] == pytest.approx(sum(after) / (len(a.response_ids) + len(b.response_ids)))
     rows = credit_rows([a, b], [1, 0], width=len(a.response_ids) + 2)
     assert rows.shape == (2, len(a.response_ids) + 2)
@@ -51,9 +54,44 @@ def test_apply_credit_action_counts_only_the_tokens_after_think(tok):
 def test_response_credit_leaves_the_samples_alone(tok):
     s = _sample(tok, "<think>p</think><action>up</action>")
     assert apply_credit([s], tok, "response") == {}
-    assert "credit_from" not in s.extra and credited_tokens(s) == len(s.response_ids)
+    assert "credit_from" not in s.extra and counted_tokens(s, "response") == len(s.response_ids)
 
 
 def test_an_unknown_credit_mode_names_the_choices_and_the_fix(tok):
-    with pytest.raises(ConfigError, match="credit must be one of response, action.*Fix: --credit"):
+    with pytest.raises(ConfigError, match="credit must be one of response, action, action-pg.*Fix: --credit"):
         apply_credit([], tok, "think")
+
+
+@pytest.mark.parametrize("name", ["ppo_clip", "gspo"])
+def test_action_pg_trains_the_move_by_reward_and_holds_the_reasoning_by_kl(tok, name):
+    """action: no gradient at all on the reasoning; action-pg: the reasoning gets the KL's
+    gradient only, and the action tokens get exactly the whole-response policy gradient."""
+    s = _sample(tok, "<think>plan: up, left</think><action>up</action>")
+    apply_credit([s], tok, "action")
+    k, width = s.extra["credit_from"], len(s.response_ids)
+    torch.manual_seed(0)
+    start = torch.randn(1, width)
+    old, ref, adv = start - 0.05, start - 0.5, torch.tensor([1.0])
+
+    def grad(mode, kl_coef):
+        logp = start.clone().requires_grad_(True)
+        mask, kw = credit_masks(mode, [s], [0], torch.ones(1, width), {})
+        loss, _ = policy_loss(name, logp, old, adv, mask, ref_logp=ref, kl_coef=kl_coef, **kw)
+        loss.backward()
+        return logp.grad[0]
+
+    assert torch.count_nonzero(grad("action", 0.1)[:k]) == 0
+    g_pg, g_full = grad("action-pg", 0.0), grad("response", 0.0)
+    assert torch.count_nonzero(g_pg[:k]) == 0 and torch.count_nonzero(g_full[:k]) == k
+    torch.testing.assert_close(g_pg[k:], g_full[k:])
+    kl_only = grad("action-pg", 0.1) - g_pg  # the KL's share: the whole response, reasoning too
+    assert torch.count_nonzero(kl_only[:k]) == k
+
+
+def test_action_pg_multiplies_the_rollout_corrections_weights(tok):
+    s = _sample(tok, "<think>p</think><action>up</action>")
+    apply_credit([s], tok, "action-pg")
+    width = len(s.response_ids)
+    mask, kw = credit_masks("action-pg", [s], [0], torch.ones(1, width), {"token_weights": torch.full((1, width), 0.5)})
+    assert mask.sum() == width  # the mask (and the loss's counts) keep the whole response
+    assert kw["token_weights"][0].tolist() == [0.0] * s.extra["credit_from"] + [0.5] * (width - s.extra["credit_from"])
