@@ -54,13 +54,6 @@ def plan_consistency(path: Path) -> dict[str, float]:
             "episodes_without_slip": episodes[False][0]}
 
 
-def _value(text: str) -> Any:
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return text  # a bare word: credit=action
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -69,10 +62,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", required=True, help="the variant's folder")
     p.add_argument("--algo", default="sampo", help="one preset (default: sampo)")
     p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
-                   help="a trainer field of the run, JSON or a bare word (repeatable)")
+                   help="a trainer field of the run, as `arlgym arena run --set` reads it (repeatable)")
     args = p.parse_args(argv)
 
-    from arlgym.arena.grid import run_grid
+    from arlgym.arena.grid import parse_value, run_grid
     from arlgym.errors import ConfigError
     from arlgym.quickstart import QuickstartConfig, _paired_on, _wins_by_room, arena_spec
     from arlgym.rollout import load_jsonl
@@ -90,10 +83,10 @@ def main(argv: list[str] | None = None) -> int:
     cfg = QuickstartConfig(**recipe)
     spec = arena_spec(cfg, start / "sft", out)
     for item in args.set:
-        if "=" not in item:
+        key, sep, raw = item.partition("=")
+        if not sep:
             raise ConfigError(f"--set {item!r}: expected FIELD=VALUE, e.g. --set kl_coef=0.2")
-        key, text = item.split("=", 1)
-        spec.base[key] = _value(text)
+        spec.base[key.strip()] = parse_value(raw)
     spec.validate()
     status = run_grid(spec, jobs=1)
     if any(v.startswith("failed") for v in status.values()):

@@ -74,16 +74,16 @@ def apply_credit(samples: Sequence[Any], tokenizer: Any, mode: str) -> dict[str,
     policy gradient) for the action modes; nothing for ``response``. Returns
     ``credit/token_frac``, the share of response tokens that carry the policy gradient."""
     check_credit(mode)
-    total = sum(len(s.response_ids) for s in samples)
     if mode == "response" or not samples:
         return {}
-    credited = 0
+    total = credited = 0
     for s in samples:
         start = action_start(s.response_ids, tokenizer)
         if start is None or start >= len(s.response_ids):
             start = 0  # no reasoning closed (or nothing after it): train the whole reply
         s.extra["credit_from"] = start
         credited += len(s.response_ids) - start
+        total += len(s.response_ids)
     return {"credit/token_frac": credited / max(1, total)}
 
 

@@ -575,7 +575,7 @@ class Trainer:
                             old, ref, a = logp.detach(), (logp.detach() if self.use_ref else None), torch.zeros(1, device=acc.device)
                         weights = ({"token_weights": self._weights(samples, idx, width)}
                                    if self.correction.active and n_local else {})
-                        if cfg.credit != "response" and n_local:  # the credit hook
+                        if n_local:  # the credit hook (response: unchanged)
                             response_mask, weights = credit_masks(cfg.credit, samples, idx,
                                                                   response_mask, weights)
                         loss, metrics = policy_loss(
