@@ -181,6 +181,12 @@ def _check_quickstart(cfg: Any) -> None:
     check_int("--room-size", cfg.room_size, min=5, max=10, example=7)
     check_int("--history-length", cfg.history_length, min=0, max=8, example=0)
     _check_teacher(cfg.teacher)
+    from arlgym.errors import ConfigError
+    from arlgym.quickstart import DEMO_MIN_SCORE
+
+    if cfg.demos not in DEMO_MIN_SCORE:
+        raise ConfigError(f"--demos {cfg.demos!r}: must be won or all. Fix: --demos won (the "
+                          "teacher's won episodes) or --demos all (every episode)")
     check_float("--rl-lr", cfg.rl_lr, gt=0.0, example=5e-4)
     check_float("--rl-temperature", cfg.rl_temperature, gt=0.0, example=1.0)
     check_float("--rl-kl-coef", cfg.rl_kl_coef, min=0.0, allow_none=True, example=0.2)
@@ -216,7 +222,7 @@ def _cmd_quickstart(args: argparse.Namespace) -> int:
         cfg.out = args.out
     for name in ("episodes", "sft_steps", "sft_minutes", "eval_episodes", "rl_steps", "rl_lr",
                  "rl_temperature", "rl_kl_coef",
-                 "threads", "sft_threads", "rl_threads", "rl_jobs", "seed", "teacher", "eval_samples",
+                 "threads", "sft_threads", "rl_threads", "rl_jobs", "seed", "teacher", "demos", "eval_samples",
                  "room_size", "history_length"):
         value = getattr(args, name)
         if value is not None:
@@ -356,6 +362,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "mistakes), expert (the optimal solver), or either with slips: "
                         "slips:<p>:expert plays a random move instead of its plan's with "
                         "probability p, its reasoning kept (default: slips:0.75:expert)")
+    p.add_argument("--demos", default=None,
+                   help="which teacher episodes are imitated: won (the won ones) or all (every "
+                        "one: the slips at the teacher's own rate, the plan on every state it "
+                        "met; default: won)")
     p.add_argument("--eval-samples", type=int, default=None,
                    help="episodes a held-out room under the paper's validation sampling "
                         "(temperature 0.6, top-p 0.95, top-k 20; default: 4)")

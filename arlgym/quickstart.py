@@ -53,6 +53,10 @@ class CutShort(RuntimeError):
     """A phase ran fewer steps than planned (the result is printed, then the exit is 3)."""
 
 
+#: ``demos`` -> the collector's ``min_score`` (None: won episodes only; 0: every episode)
+DEMO_MIN_SCORE: dict[str, float | None] = {"won": None, "all": 0.0}
+
+
 @dataclass
 class QuickstartConfig:
     out: str = "runs/quickstart"
@@ -83,6 +87,10 @@ class QuickstartConfig:
     #: ``expert``, or ``slips:<p>:greedy|expert``. Why slips (docs/main_job.md): imitation copies
     #: them at their rate, the env's reward tells them apart — RL has a way past the teacher
     teacher: str = "slips:0.75:expert"
+    #: which teacher episodes become demonstrations: ``won`` (the won ones only) or ``all``
+    #: (every episode: the imitation then copies the teacher's slips at their true rate, not the
+    #: rate that survived in won episodes, and learns the plan on every state the teacher met)
+    demos: str = field(default="won", metadata={"before": "won"})
     #: Sokoban room size, walls included, for every phase (demonstrations, evals, RL): 7 (random
     #: moves win 17%, so the imitation clears random play by ~20 points); 6 is the paper's.
     #: Folders written before this setting ran on 6×6 rooms.
@@ -399,7 +407,8 @@ def _report_lines(cfg: QuickstartConfig, rows: dict[str, dict], effects: dict[st
         "nothing"]
     lines += [f"Sokoban {cfg.room_size}x{cfg.room_size}/1 box, {cfg.eval_episodes} held-out "
               f"rooms, {_protocol_text(cfg)}",
-             f"(SFT: {what} on the {cfg.teacher} teacher's won episodes of {cfg.episodes} rooms; "
+             f"(SFT: {what} on the {cfg.teacher} teacher's {'won' if cfg.demos == 'won' else 'every'} "
+             f"episode{'s' if cfg.demos == 'won' else ''} of {cfg.episodes} rooms; "
              f"RL: {algos}, {cfg.rl_steps} steps of {cfg.rl_tasks} rooms x {cfg.rl_group_size} "
              f"each, best of the validations kept):",
              f"{'policy':{width}s} {'success':>8s} {'± se':>6s} {'format ok':>9s} {'steps':>6s}"]
@@ -510,10 +519,12 @@ def run_quickstart(cfg: QuickstartConfig) -> dict[str, Any]:
     timings: dict[str, float] = {}
     short: list[str] = []
 
-    print(f"[1/5] collecting {cfg.episodes} episodes of the {cfg.teacher} teacher (won ones kept)")
+    kept = "won ones kept" if cfg.demos == "won" else "every one kept"
+    print(f"[1/5] collecting {cfg.episodes} episodes of the {cfg.teacher} teacher ({kept})")
     data = out / "sft_data"
     collect_sft(CollectConfig(policy=cfg.teacher, episodes=cfg.episodes, seed=cfg.seed,
-                              batch_tasks=64, env_kwargs=env_kwargs(cfg) or None), data)
+                              batch_tasks=64, min_score=DEMO_MIN_SCORE[cfg.demos],
+                              env_kwargs=env_kwargs(cfg) or None), data)
     timings["collect_s"] = time.perf_counter() - t0
 
     what = f"{cfg.sft_steps} steps" if cfg.sft_steps > 0 else f"{cfg.sft_epochs} epochs"

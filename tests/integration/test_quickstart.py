@@ -231,6 +231,26 @@ def test_a_folder_older_than_a_setting_is_read_as_what_it_ran(tmp_path):
         _check_recipe(tmp_path, _recipe(QuickstartConfig.fast()))
 
 
+def test_demos_all_imitates_every_teacher_episode_and_won_only_the_won(tmp_path):
+    """--demos picks the collector's episodes: ``won`` keeps the slipping teacher's won episodes
+    (its slips thinned out by the selection), ``all`` every one, lost ones included."""
+    from arlgym.quickstart import DEMO_MIN_SCORE, QuickstartConfig, env_kwargs
+    from arlgym.sft.collect import CollectConfig, collect_sft
+
+    kept = {}
+    for demos in ("won", "all"):
+        out = tmp_path / demos
+        collect_sft(CollectConfig(policy="slips:0.75:expert", episodes=24, seed=0, batch_tasks=24,
+                                  min_score=DEMO_MIN_SCORE[demos],
+                                  env_kwargs=env_kwargs(QuickstartConfig())), out)
+        episodes = [json.loads(line) for line in (out / "episodes.jsonl").read_text().splitlines()]
+        kept[demos] = [e for e in episodes if e["kept"]]
+        assert sum(e["samples"] for e in kept[demos]) == len((out / "samples.jsonl").read_text().splitlines())
+    assert 0 < len(kept["won"]) < 24 and all(e["won"] for e in kept["won"])
+    assert len(kept["all"]) == 24 and any(not e["won"] for e in kept["all"])
+    assert QuickstartConfig().demos == "won"
+
+
 def test_env_kwargs_name_only_what_differs_from_the_papers_prompt_and_rooms():
     from dataclasses import replace
 
@@ -337,6 +357,7 @@ def test_quickstart_cut_short_is_loud(tmp_path):
     (["--teacher", "slips:2:expert"], "--teacher 'slips:2:expert': slips spec"),
     (["--teacher", "random"], "--teacher 'random': the demonstrator must be the greedy teacher"),
     (["--teacher", "slips:0.5:random"], "Fix: --teacher greedy, expert, or slips|mistakes:<p>:greedy|expert"),
+    (["--demos", "lost"], "--demos 'lost': must be won or all. Fix: --demos won"),
 ])
 def test_quickstart_bad_rl_flags_are_named(tmp_path, args, message):
     """A mistyped preset or job count is refused before anything runs, naming the flag."""
