@@ -175,6 +175,7 @@ def _check_quickstart(cfg: Any) -> None:
     for flag, name, lo in (("--episodes", "episodes", 1), ("--sft-steps", "sft_steps", 0),
                            ("--eval-episodes", "eval_episodes", 1), ("--rl-steps", "rl_steps", 1),
                            ("--rl-jobs", "rl_jobs", 1), ("--seed", "seed", 0),
+                           ("--rl-val-episodes", "rl_val_episodes", 0),
                            ("--threads", "threads", 0), ("--sft-threads", "sft_threads", -1),
                            ("--rl-threads", "rl_threads", -1), ("--eval-samples", "eval_samples", 1)):
         check_int(flag, getattr(cfg, name), min=lo)
@@ -221,7 +222,7 @@ def _cmd_quickstart(args: argparse.Namespace) -> int:
     if args.out:
         cfg.out = args.out
     for name in ("episodes", "sft_steps", "sft_minutes", "eval_episodes", "rl_steps", "rl_lr",
-                 "rl_temperature", "rl_kl_coef",
+                 "rl_temperature", "rl_kl_coef", "rl_val_episodes",
                  "threads", "sft_threads", "rl_threads", "rl_jobs", "seed", "teacher", "demos", "eval_samples",
                  "room_size", "history_length"):
         value = getattr(args, name)
@@ -320,10 +321,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fast", action="store_true", help="tiny settings (CI smoke run, ~1 min)")
     p.add_argument("--out", default=None, help="output folder (default: runs/quickstart)")
     p.add_argument("--episodes", type=int, default=None,
-                   help="teacher episodes played; the won ones are the demonstrations (default: 3000)")
+                   help="teacher episodes played; they (or their won ones, --demos won) are "
+                        "the demonstrations (default: 3000)")
     p.add_argument("--sft-steps", type=int, default=None,
-                   help="SFT optimizer steps (default: 600: about as good as the teacher; 0 = 3 "
-                        "epochs of the demonstrations)")
+                   help="SFT optimizer steps (default: 1500: about as good as the teacher, "
+                        "its plans learned; 0 = 3 epochs of the demonstrations)")
     p.add_argument("--sft-minutes", type=float, default=None,
                    help="optional guard: stop SFT after this many minutes; the run is then marked "
                         "cut short and exits 3 unless --allow-short (default: none)")
@@ -337,8 +339,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="optimizer steps of every RL run, 16 rooms x 8 rollouts each (default: 8)")
     p.add_argument("--rl-lr", type=float, default=None, help="RL learning rate (default: 2e-4)")
     p.add_argument("--rl-kl-coef", type=float, default=None,
-                   help="k3 KL-to-the-SFT coefficient of every RL run (default: the presets' "
-                        "0.01, the paper's)")
+                   help="k3 KL-to-the-SFT coefficient of every RL run (default: 0.2, which "
+                        "holds the imitation's plan while RL ends the slips; the paper's is 0.01)")
+    p.add_argument("--rl-val-episodes", type=int, default=None,
+                   help="validation rooms of each RL run, evaluated at half and at the end, the "
+                        "better one reported (default: 0 = no validation, the final policy; a "
+                        "choice on a few dozen rooms is noise, see docs/main_job.md)")
     p.add_argument("--rl-temperature", type=float, default=None,
                    help="sampling temperature of the RL rollouts; the PPO ratio's log-probs use "
                         "the same (default: 1.0, the paper's)")
@@ -361,11 +367,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the demonstrator: greedy (a heuristic box-pusher with systematic "
                         "mistakes), expert (the optimal solver), or either with slips: "
                         "slips:<p>:expert plays a random move instead of its plan's with "
-                        "probability p, its reasoning kept (default: slips:0.75:expert)")
+                        "probability p, its reasoning kept (default: slips:0.7:expert)")
     p.add_argument("--demos", default=None,
                    help="which teacher episodes are imitated: won (the won ones) or all (every "
                         "one: the slips at the teacher's own rate, the plan on every state it "
-                        "met; default: won)")
+                        "met; default: all)")
     p.add_argument("--eval-samples", type=int, default=None,
                    help="episodes a held-out room under the paper's validation sampling "
                         "(temperature 0.6, top-p 0.95, top-k 20; default: 4)")

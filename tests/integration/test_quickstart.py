@@ -60,7 +60,10 @@ def test_quickstart_fast(fast_quickstart):
     assert (out / "sft" / "model.safetensors").exists()
     # the default design: the teacher with slips on 7×7 rooms, the current grid only
     identity = json.loads((out / "sft_data" / "meta.json").read_text())["identity"]
-    assert identity["policy"] == "slips:0.75:expert"
+    assert identity["policy"] == "slips:0.7:expert"
+    # every teacher episode is a demonstration (--demos all), lost ones included
+    episodes = [json.loads(x) for x in (out / "sft_data" / "episodes.jsonl").read_text().splitlines()]
+    assert all(e["kept"] for e in episodes) and any(not e["won"] for e in episodes)
     assert identity["env_kwargs"] == {"dim_room": 7, "history_length": 0}
     samples = [json.loads(x) for x in (out / "sft_data" / "samples.jsonl").read_text().splitlines()]
     assert samples and not any("most recent" in x["messages"][0]["content"] for x in samples)
@@ -229,6 +232,13 @@ def test_a_folder_older_than_a_setting_is_read_as_what_it_ran(tmp_path):
     assert _check_recipe(tmp_path, _recipe(then))
     with pytest.raises(ConfigError, match=r"room_size 6 -> 7.*history_length 2 -> 0|history_length 2 -> 0.*room_size 6 -> 7"):
         _check_recipe(tmp_path, _recipe(QuickstartConfig.fast()))
+    # written before --demos and --rl-kl-coef: won episodes only, the presets' KL
+    then = replace(QuickstartConfig.fast(), demos="won", rl_kl_coef=None)
+    older = {k: v for k, v in _recipe(then).items() if k not in ("demos", "rl_kl_coef")}
+    (tmp_path / "recipe.json").write_text(json.dumps(older))
+    assert _check_recipe(tmp_path, _recipe(then))
+    with pytest.raises(ConfigError, match=r"demos"):
+        _check_recipe(tmp_path, _recipe(QuickstartConfig.fast()))
 
 
 def test_demos_all_imitates_every_teacher_episode_and_won_only_the_won(tmp_path):
@@ -262,18 +272,23 @@ def test_env_kwargs_name_only_what_differs_from_the_papers_prompt_and_rooms():
     assert env_kwargs(replace(cfg, room_size=6)) == {"history_length": 0}
 
 
-def test_rl_kl_and_temperature_reach_every_arena_run_only_when_set(tmp_path):
-    """--rl-kl-coef overrides every preset's KL (unset: each preset's own, the paper's 0.01);
-    --rl-temperature sets the rollouts' temperature; the spec validates as a grid."""
+def test_rl_kl_temperature_and_validation_reach_every_arena_run(tmp_path):
+    """The KL to the SFT is 0.2 in every run unless changed (None: each preset's own, the
+    paper's 0.01); --rl-temperature sets the rollouts' temperature; without validation rooms
+    the runs validate nothing and the final policy is reported; the spec validates as a grid."""
     from dataclasses import replace
 
     from arlgym.quickstart import QuickstartConfig, arena_spec
 
     cfg = QuickstartConfig()
     spec = arena_spec(cfg, tmp_path / "sft", tmp_path)
-    assert "kl_coef" not in spec.base and spec.base["temperature"] == 1.0
-    spec = arena_spec(replace(cfg, rl_kl_coef=0.2, rl_temperature=0.6), tmp_path / "sft", tmp_path)
-    assert spec.base["kl_coef"] == 0.2 and spec.base["temperature"] == 0.6
+    assert spec.base["kl_coef"] == 0.2 and spec.base["temperature"] == 1.0
+    assert (spec.base["eval_steps"], spec.base["save_best"]) == (0, False)
+    spec.validate()
+    spec = arena_spec(replace(cfg, rl_kl_coef=None, rl_temperature=0.6, rl_val_episodes=40),
+                      tmp_path / "sft", tmp_path)
+    assert "kl_coef" not in spec.base and spec.base["temperature"] == 0.6
+    assert (spec.base["eval_steps"], spec.base["eval_episodes"], spec.base["save_best"]) == (4, 40, True)
     spec.validate()
 
 
@@ -358,6 +373,7 @@ def test_quickstart_cut_short_is_loud(tmp_path):
     (["--teacher", "random"], "--teacher 'random': the demonstrator must be the greedy teacher"),
     (["--teacher", "slips:0.5:random"], "Fix: --teacher greedy, expert, or slips|mistakes:<p>:greedy|expert"),
     (["--demos", "lost"], "--demos 'lost': must be won or all. Fix: --demos won"),
+    (["--rl-val-episodes", "-1"], "--rl-val-episodes=-1 is invalid: expected an int >= 0"),
 ])
 def test_quickstart_bad_rl_flags_are_named(tmp_path, args, message):
     """A mistyped preset or job count is refused before anything runs, naming the flag."""
