@@ -13,9 +13,9 @@ with a random move instead of the plan's 70% of the time, its reasoning kept
 cloning removes them — while the env's reward tells a slip from the plan, so RL has a way past
 where imitation stops. Every episode is imitated, lost ones included, so the slips reach the
 imitation at the teacher's own rate (won episodes alone thin them out), and 1,500 steps teach
-the plan: what RL can gain is what following that plan wins (``experiments/plan_reading.py``). A deterministic teacher (the greedy heuristic) gave a confident copy that
-RL moved by a few rooms, only on some seeds; a perfect expert's full imitation leaves RL nothing
-to do. The rooms are 7×7 (random moves win 17%) and the prompt shows the current grid only
+the plan: what RL can gain is what following that plan wins (``experiments/plan_reading.py``).
+A deterministic teacher (the greedy heuristic) gave a confident copy that RL moved by a few
+rooms, only on some seeds; a perfect expert's full imitation leaves RL nothing to do. The rooms are 7×7 (random moves win 17%) and the prompt shows the current grid only
 (``history_length`` 0: the room is fully observed, and every phase runs ~3x faster than with
 the paper's two past turns).
 

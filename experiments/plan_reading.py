@@ -184,5 +184,5 @@ if __name__ == "__main__":
     try:
         sys.exit(main())
     except ArlgymError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"plan_reading.py: error: {exc}", file=sys.stderr)
         sys.exit(2)

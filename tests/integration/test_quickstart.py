@@ -201,7 +201,7 @@ def test_quickstart_on_the_papers_rooms_and_prompt_plays_every_phase_there(tmp_p
     out = tmp_path / "qs6"
     proc = subprocess.run([sys.executable, "-m", "arlgym.cli", "quickstart", "--fast", "--out",
                            str(out), "--room-size", "6", "--history-length", "2", "--rl-algos", "sampo",
-                           "--teacher", "greedy"],
+                           "--teacher", "greedy", "--demos", "won"],
                           capture_output=True, text=True, timeout=1200)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "Sokoban 6x6/1 box" in proc.stdout and "the greedy teacher's won episodes" in proc.stdout
