@@ -258,7 +258,7 @@ def test_demos_all_imitates_every_teacher_episode_and_won_only_the_won(tmp_path)
         assert sum(e["samples"] for e in kept[demos]) == len((out / "samples.jsonl").read_text().splitlines())
     assert 0 < len(kept["won"]) < 24 and all(e["won"] for e in kept["won"])
     assert len(kept["all"]) == 24 and any(not e["won"] for e in kept["all"])
-    assert QuickstartConfig().demos == "won"
+    assert QuickstartConfig().demos == "all"
 
 
 def test_env_kwargs_name_only_what_differs_from_the_papers_prompt_and_rooms():
