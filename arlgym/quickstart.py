@@ -451,6 +451,22 @@ _NOT_RECIPE = ("out", "threads", "sft_threads", "rl_threads", "rl_jobs", "allow_
                "smoke")
 
 
+def recipe_config(folder: Path, **overrides: Any) -> QuickstartConfig:
+    """The settings a finished quickstart in ``folder`` ran with (its ``recipe.json``), a field
+    the folder predates taking the value it had then (``metadata["before"]``, as
+    :func:`_check_recipe` reads it), then ``overrides``. Why: research scripts that rerun a
+    phase from an old folder must not pick up today's defaults for it."""
+    from dataclasses import fields
+
+    from arlgym.rundir import dataclass_defaults
+
+    known = {f.name for f in fields(QuickstartConfig)}
+    values = {**dataclass_defaults(QuickstartConfig), **json.loads((folder / "recipe.json").read_text())}
+    values = {k: v for k, v in values.items() if k in known}
+    values["rl_algos"] = tuple(values["rl_algos"])
+    return QuickstartConfig(**{**values, **overrides})
+
+
 def _recipe(cfg: QuickstartConfig) -> dict[str, Any]:
     """Every setting that changes the quickstart's numbers, as JSON-comparable values."""
     from dataclasses import asdict

@@ -128,11 +128,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=None, help="where the reading goes (default: <from>/plan_reading)")
     args = p.parse_args(argv)
 
-    from dataclasses import fields
-
     from arlgym.errors import ConfigError
     from arlgym.policies import make_policy
-    from arlgym.quickstart import QuickstartConfig, _paired_on, _wins_by_room, protocol_eval
+    from arlgym.quickstart import _paired_on, _wins_by_room, protocol_eval, recipe_config
     from arlgym.rollout import load_jsonl
 
     start = Path(args.start)
@@ -145,9 +143,7 @@ def main(argv: list[str] | None = None) -> int:
                           "checkpoint folder such as <from>/sft or <from>/arena/sampo/seed-0/final")
     out = Path(args.out) if args.out else start / "plan_reading"
     out.mkdir(parents=True, exist_ok=True)
-    known = {f.name for f in fields(QuickstartConfig)}
-    cfg = QuickstartConfig(**{k: v for k, v in json.loads((start / "recipe.json").read_text()).items()
-                              if k in known and k != "rl_algos"})
+    cfg = recipe_config(start)
 
     import torch
 

@@ -24,7 +24,6 @@ import argparse
 import json
 import re
 import sys
-from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -67,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from arlgym.arena.grid import parse_value, run_grid
     from arlgym.errors import ConfigError
-    from arlgym.quickstart import QuickstartConfig, _paired_on, _wins_by_room, arena_spec
+    from arlgym.quickstart import _paired_on, _wins_by_room, arena_spec, recipe_config
     from arlgym.rollout import load_jsonl
 
     start, out = Path(args.start), Path(args.out)
@@ -75,12 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     if not recipe_path.exists() or not sft_eval.exists() or not (start / "sft").is_dir():
         raise ConfigError(f"--from {start}: not a finished quickstart (needs recipe.json, sft/ and "
                           "eval_sft.jsonl). Fix: run `arlgym quickstart --out DIR` first")
-    known = {f.name for f in fields(QuickstartConfig)}
-    recipe = {k: v for k, v in json.loads(recipe_path.read_text()).items() if k in known}
-    recipe["rl_algos"] = (args.algo,)
-    recipe["rl_jobs"] = 1
-    recipe["rl_threads"] = 1  # fixed, so that a busy machine gives the same numbers, later
-    cfg = QuickstartConfig(**recipe)
+    # rl_threads fixed, so that a busy machine gives the same numbers, later
+    cfg = recipe_config(start, rl_algos=(args.algo,), rl_jobs=1, rl_threads=1)
     spec = arena_spec(cfg, start / "sft", out)
     for item in args.set:
         key, sep, raw = item.partition("=")

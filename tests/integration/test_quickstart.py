@@ -241,6 +241,21 @@ def test_a_folder_older_than_a_setting_is_read_as_what_it_ran(tmp_path):
         _check_recipe(tmp_path, _recipe(QuickstartConfig.fast()))
 
 
+def test_recipe_config_reads_a_folder_as_what_it_ran(tmp_path):
+    """Scripts that rerun a phase from a folder get its settings, not today's defaults: a recipe
+    written before --demos and --rl-kl-coef reads as won episodes and the presets' KL."""
+    from dataclasses import replace
+
+    from arlgym.quickstart import QuickstartConfig, _recipe, recipe_config
+
+    then = replace(QuickstartConfig(), demos="won", rl_kl_coef=None, sft_steps=600)
+    older = {k: v for k, v in _recipe(then).items() if k not in ("demos", "rl_kl_coef")}
+    (tmp_path / "recipe.json").write_text(json.dumps(older))
+    cfg = recipe_config(tmp_path, rl_jobs=1)
+    assert (cfg.demos, cfg.rl_kl_coef, cfg.sft_steps, cfg.rl_jobs) == ("won", None, 600, 1)
+    assert cfg.rl_algos == ("grpo", "sampo")
+
+
 def test_demos_all_imitates_every_teacher_episode_and_won_only_the_won(tmp_path):
     """--demos picks the collector's episodes: ``won`` keeps the slipping teacher's won episodes
     (its slips thinned out by the selection), ``all`` every one, lost ones included."""
