@@ -71,6 +71,38 @@ def test_quickstart_fast(fast_quickstart):
 
 
 @pytest.mark.slow
+def test_the_sft_eval_beside_the_arena_gives_the_in_process_numbers(fast_quickstart, tmp_path):
+    """The worker process plays the same seeded draws: the same episodes, row and wins."""
+    from arlgym.quickstart import QuickstartConfig, SFTEvalBeside, protocol_eval
+
+    out, proc = fast_quickstart
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    cfg = QuickstartConfig.fast(out=str(out))
+    with SFTEvalBeside(cfg, out / "sft", tmp_path / "beside.jsonl", threads=1) as beside:
+        row_beside, wins_beside = beside.result()
+    row_here, wins_here = protocol_eval(cfg, f"hf:{out / 'sft'}", tmp_path / "here.jsonl")
+    assert wins_beside == wins_here and len(wins_here) == cfg.eval_episodes
+    assert row_beside == row_here
+    # the quickstart's own SFT row was played beside its arena: the same responses, token by token
+    def responses(path):
+        return [[step["response_token_ids"] for step in json.loads(line)["steps"]]
+                for line in path.read_text().splitlines()]
+
+    assert responses(tmp_path / "here.jsonl") == responses(out / "eval_sft.jsonl") == \
+        responses(tmp_path / "beside.jsonl")
+    assert len(responses(out / "eval_sft.jsonl")) == cfg.eval_episodes * cfg.eval_samples
+
+
+def test_an_error_in_the_eval_beside_the_arena_reaches_the_caller(tmp_path):
+    from arlgym.quickstart import QuickstartConfig, SFTEvalBeside
+
+    cfg = QuickstartConfig.fast(out=str(tmp_path))
+    with SFTEvalBeside(cfg, tmp_path / "no-such-checkpoint", tmp_path / "e.jsonl", threads=1) as beside:
+        with pytest.raises(Exception, match="no-such-checkpoint"):
+            beside.result()
+
+
+@pytest.mark.slow
 def test_quickstart_rerun_resumes_finished_runs(fast_quickstart, tmp_path):
     """A second quickstart on the same folder skips the finished RL runs (the arena's resume)
     and prints the same table — the way a killed quickstart is continued."""
