@@ -27,7 +27,9 @@ one greedy win or loss.
 Every phase runs a fixed number of steps (with a progress bar and ETA), never a time budget, so
 a busy machine gives the same numbers later: the two RL runs each use one torch thread (the
 grid's rule: cores ÷ runs), eval one thread, SFT two only when the machine is idle at the start
-(two threads next to another busy process run ~10x slower than one). If a phase is cut short
+(two threads next to another busy process run ~10x slower than one). The SFT policy's eval runs
+in a worker process beside the arena (:class:`SFTEvalBeside`): the same seeded draws, on the core
+the faster RL run leaves idle at its end. If a phase is cut short
 anyway (``--sft-minutes`` as an explicit guard, Ctrl-C), the table says so and the command
 exits with status 3 unless ``--allow-short`` was given. A killed quickstart resumes its RL runs
 from their newest checkpoint when rerun with the same ``--out``.

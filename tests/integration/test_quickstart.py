@@ -102,6 +102,19 @@ def test_an_error_in_the_eval_beside_the_arena_reaches_the_caller(tmp_path):
             beside.result()
 
 
+def test_an_error_in_the_arena_ends_the_eval_beside_it(tmp_path):
+    """Ctrl-C or a crash in the arena: the error reaches the caller and no worker is left."""
+    from arlgym.quickstart import QuickstartConfig, SFTEvalBeside
+
+    cfg = QuickstartConfig.fast(out=str(tmp_path))
+    with pytest.raises(KeyboardInterrupt):
+        with SFTEvalBeside(cfg, tmp_path / "sft", tmp_path / "e.jsonl", threads=1) as beside:
+            workers = list(beside._pool._processes.values())
+            assert workers and all(w.is_alive() for w in workers)
+            raise KeyboardInterrupt
+    assert not any(w.is_alive() for w in workers)
+
+
 @pytest.mark.slow
 def test_quickstart_rerun_resumes_finished_runs(fast_quickstart, tmp_path):
     """A second quickstart on the same folder skips the finished RL runs (the arena's resume)
