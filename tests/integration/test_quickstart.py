@@ -102,17 +102,29 @@ def test_an_error_in_the_eval_beside_the_arena_reaches_the_caller(tmp_path):
             beside.result()
 
 
-def test_an_error_in_the_arena_ends_the_eval_beside_it(tmp_path):
-    """Ctrl-C or a crash in the arena: the error reaches the caller and no worker is left."""
+@pytest.mark.slow
+def test_an_error_in_the_arena_ends_the_eval_beside_it(fast_quickstart, tmp_path):
+    """Ctrl-C or a crash in the arena: the error reaches the caller at once, the eval's worker is
+    ended mid-eval (not waited for) and no process is left."""
+    import time
+
     from arlgym.quickstart import QuickstartConfig, SFTEvalBeside
 
-    cfg = QuickstartConfig.fast(out=str(tmp_path))
+    out, proc = fast_quickstart
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    cfg = QuickstartConfig.fast(out=str(out))
+    cfg.eval_episodes, cfg.eval_samples = 200, 4  # ~1 min of eval on one core
     with pytest.raises(KeyboardInterrupt):
-        with SFTEvalBeside(cfg, tmp_path / "sft", tmp_path / "e.jsonl", threads=1) as beside:
+        with SFTEvalBeside(cfg, out / "sft", tmp_path / "e.jsonl", threads=1) as beside:
             workers = list(beside._pool._processes.values())
             assert workers and all(w.is_alive() for w in workers)
+            time.sleep(8)  # the worker is playing episodes by now
+            started = time.perf_counter()
             raise KeyboardInterrupt
+    assert time.perf_counter() - started < 5
     assert not any(w.is_alive() for w in workers)
+    done = (tmp_path / "e.jsonl").read_text().count("\n") if (tmp_path / "e.jsonl").exists() else 0
+    assert done < 800  # ended mid-eval: the rerun resumes from what was written
 
 
 @pytest.mark.slow
