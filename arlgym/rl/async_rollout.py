@@ -373,6 +373,10 @@ class AsyncRollouts:
                 self.results.get(timeout=0.1)
             except queue.Empty:
                 pass
+            except (OSError, EOFError):
+                # a batch whose sender already exited: its tensors were shared through that
+                # process's file descriptors and cannot be rebuilt — nobody trains on it anyway
+                pass
         for w in self.workers:
             if w.process.is_alive():
                 w.process.kill()
