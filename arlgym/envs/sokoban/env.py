@@ -5,10 +5,13 @@ off one, +10 when every box is on a target. An unknown move (or no action at all
 that still costs the step penalty, as in ARLArena. ``score`` is the fraction of boxes on
 targets; the anchor hashes walls, targets, boxes and the player cell.
 
-Tasks: ``reset(seed=s)`` draws a room seed from the env's RNG in the split's seed range
-(``train``, ``test`` and ``val`` ranges are disjoint) and generates the room from that seed, so a task
-id such as ``"6x6-1b-123"`` names one room forever: ``reset(options={"task_id": ...})``
-regenerates it. ``reset(options={"level": xsb})`` plays a given XSB level, and
+Tasks: ``reset(seed=s)`` draws a room seed from the env's RNG in the split's seed range and
+generates the room from that seed, so a task id such as ``"6x6-1b-123"`` names one room forever:
+``reset(options={"task_id": ...})`` regenerates it. Splits are disjoint by *content*, not only by
+seed: small rooms repeat (at 7×7 with one box, 10% of 200 seed-disjoint test rooms were found
+verbatim among 3,000 training rooms), so a room's split is a function of its puzzle — walls,
+targets and boxes (:func:`room_split`) — and a draw whose puzzle belongs to another split is
+redrawn. A held-out room can therefore not be drawn for training from any seed. ``reset(options={"level": xsb})`` plays a given XSB level, and
 ``levels=<file or list>`` makes the env draw from a level collection (e.g. Boxoban files).
 """
 
@@ -34,16 +37,39 @@ from arlgym.envs.sokoban.solver import solve
 from arlgym.envs.sokoban.teacher import greedy_response
 from arlgym.errors import ConfigError, LevelFormatError, TaskNotFound, UnsolvableError
 
-__all__ = ["SokobanEnv", "SokobanVisionEnv", "SPLIT_SEED_RANGES"]
+__all__ = ["SokobanEnv", "SokobanVisionEnv", "SPLIT_SEED_RANGES", "room_content_key", "room_split"]
 
-#: Room-seed ranges per split; disjoint, so held-out rooms are never trained on.
-#: ``val`` is for choosing among checkpoints, so that the ``test`` rooms stay unseen by any choice.
+#: Room-seed ranges per split (disjoint ids; the content rule below makes the rooms disjoint).
+#: ``val`` is for choosing among checkpoints and designs, so the ``test`` rooms stay unseen by
+#: any choice.
 SPLIT_SEED_RANGES: dict[str, tuple[int, int]] = {
     "train": (0, 2**30),
     "test": (2**30, 2**31),
     "val": (2**31, 2**31 + 2**30),
 }
 _SPLIT_ALIASES = {"eval": "test", "validation": "val", "valid": "val"}
+
+#: A room's puzzle hash modulo ``CONTENT_BUCKETS`` decides its split: bucket 0 is ``test``,
+#: bucket 1 ``val``, the rest ``train`` (10% / 10% / 80% of the puzzles). Drawing a 200-room
+#: panel generates ~2,000 rooms (~1.5 s at 7×7, once per process: :func:`_panel`).
+CONTENT_BUCKETS = 10
+_BUCKET_SPLIT = {0: "test", 1: "val"}
+
+
+def room_content_key(room: Room) -> str:
+    """The puzzle of a room — walls, targets and boxes, not the player's start (a room whose
+    player starts elsewhere is the same puzzle) — as a stable hex digest."""
+    return anchor_hash({"h": room.height, "w": room.width, "walls": sorted(room.walls),
+                        "targets": sorted(room.targets), "boxes": sorted(room.boxes)})
+
+
+def room_split(room: Room) -> str:
+    """The split a room belongs to, by its content (:func:`room_content_key`)."""
+    return _BUCKET_SPLIT.get(int(room_content_key(room)[:12], 16) % CONTENT_BUCKETS, "train")
+
+
+#: (room settings, split) -> [room seeds of the panel so far, next seed to look at, puzzles seen]
+_PANELS: dict[tuple[Any, ...], tuple[list[int], list[int], set[str]]] = {}
 
 REWARD_STEP = -0.1
 REWARD_BOX_ON_TARGET = 1.0
@@ -200,22 +226,31 @@ class SokobanEnv(AgentEnv):
         else:
             if "task_id" in options:
                 room_seed = self._parse_task_id(str(options["task_id"]))
+                self.room = self.room_for_seed(room_seed)
                 if "split" in options:  # the id must belong to the split asked for
                     low, high = self._split_range(options["split"])
-                    if not low <= room_seed < high:
+                    split = _SPLIT_ALIASES.get(options["split"], options["split"])
+                    if not low <= room_seed < high or room_split(self.room) != split:
                         raise TaskNotFound(
                             f"task_id {options['task_id']!r} is not in split "
-                            f"{options['split']!r} (its room seeds are {low}..{high - 1}). Fix: "
-                            "use an id from env.unwrapped.list_tasks(split) or drop 'split'")
+                            f"{options['split']!r} (its room seeds are {low}..{high - 1} and its "
+                            f"puzzle must belong to the split). Fix: use an id from "
+                            "env.unwrapped.list_tasks(split) or drop 'split'")
             else:
-                low, high = self._split_range(options.get("split", "train"))
-                room_seed = int(self.np_random.integers(low, high))
-            self.room = self.room_for_seed(room_seed)
+                split = _SPLIT_ALIASES.get(options.get("split", "train"), options.get("split", "train"))
+                low, high = self._split_range(split)
+                while True:  # a puzzle of another split is redrawn: no seed reaches it from here
+                    room_seed = int(self.np_random.integers(low, high))
+                    self.room = self.room_for_seed(room_seed)
+                    if room_split(self.room) == split:
+                        break
             task_id = self.task_id_for(room_seed)
         return TaskSpec(task_id=task_id, observation=self._text(), task_type="sokoban")
 
     def list_tasks(self, split: str = "test", limit: int | None = None) -> list[str]:
-        """Consecutive room seeds from the start of the split's range (``limit`` default 500).
+        """The split's panel: the first ``limit`` (default 500) room seeds from the start of its
+        range whose puzzle belongs to the split, each puzzle once (two seeds that give the same
+        room would weigh it twice in a success rate).
 
         With ``levels=...`` the level titles are the tasks.
         """
@@ -224,7 +259,21 @@ class SokobanEnv(AgentEnv):
             return titles if limit is None else titles[:limit]
         low, high = self._split_range(split)
         limit = check_int("limit", 500 if limit is None else limit, min=0, max=high - low)
-        return [self.task_id_for(low + k) for k in range(limit)]
+        return [self.task_id_for(seed) for seed in self._panel(_SPLIT_ALIASES.get(split, split), limit)]
+
+    def _panel(self, split: str, limit: int) -> list[int]:
+        """The first ``limit`` room seeds of :meth:`list_tasks`, grown on demand and kept for the
+        process (every env with these room settings shares it)."""
+        key = (self.dim_room, self.num_boxes, self.search_depth, self.max_solution_length, split)
+        seeds, cursor, seen = _PANELS.setdefault(key, ([], [self._split_range(split)[0]], set()))
+        while len(seeds) < limit:
+            room = self.room_for_seed(cursor[0])
+            content = room_content_key(room)
+            if room_split(room) == split and content not in seen:
+                seen.add(content)
+                seeds.append(cursor[0])
+            cursor[0] += 1
+        return seeds[:limit]
 
     def _parse_task_id(self, task_id: str) -> int:
         match = _TASK_ID.match(task_id)

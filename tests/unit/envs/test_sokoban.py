@@ -90,6 +90,33 @@ def test_task_id_pins_a_room_and_splits_are_disjoint():
         make().reset(options={"split": "nope"})
 
 
+def test_splits_are_disjoint_by_room_content_from_any_seed():
+    """At 7x7 with one box, rooms repeat across seeds (10% of a 200-room seed-range test panel sat
+    verbatim in 3,000 training rooms): the split is a function of the puzzle, so no training draw
+    from any seed lands on a test or val puzzle, and each panel holds each puzzle once."""
+    from arlgym.envs.sokoban.env import SokobanEnv, room_content_key, room_split
+
+    env = SokobanEnv(dim_room=7, history_length=0)
+    panels = {s: env.list_tasks(s, 200) for s in ("test", "val")}
+    keys = {s: {room_content_key(env.room_for_seed(int(t.rsplit("-", 1)[1]))) for t in ids}
+            for s, ids in panels.items()}
+    assert all(len(k) == 200 for k in keys.values())  # no puzzle twice in a panel
+    assert not keys["test"] & keys["val"]
+    train = set()
+    for seed in range(3000):  # the quickstart's SFT draws 3,000 training rooms like these
+        env.reset(seed=seed)
+        assert room_split(env.room) == "train"
+        train.add(room_content_key(env.room))
+    assert not train & keys["test"] and not train & keys["val"]
+    # the seed-range rule alone would have let the test puzzles in: training seeds reach them
+    leaked = sum(room_content_key(env.room_for_seed(s)) in keys["test"] for s in range(3000))
+    assert leaked > 0
+    # a pinned id is checked against the split's content rule too
+    train_id = env.task_id_for(next(s for s in range(100) if room_split(env.room_for_seed(s)) != "train"))
+    with pytest.raises(TaskNotFound):
+        env.reset(options={"task_id": train_id, "split": "train"})
+
+
 def test_rewards_match_gym_sokoban():
     level = "#######\n#@ $ .#\n#######"
     env = make()
