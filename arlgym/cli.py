@@ -177,7 +177,8 @@ def _check_quickstart(cfg: Any) -> None:
                            ("--rl-jobs", "rl_jobs", 1), ("--seed", "seed", 0),
                            ("--rl-val-episodes", "rl_val_episodes", 0),
                            ("--threads", "threads", 0), ("--sft-threads", "sft_threads", -1),
-                           ("--rl-threads", "rl_threads", -1), ("--eval-samples", "eval_samples", 1)):
+                           ("--rl-threads", "rl_threads", -1), ("--eval-samples", "eval_samples", 1),
+                           ("--choice-episodes", "choice_episodes", 0)):
         check_int(flag, getattr(cfg, name), min=lo)
     check_int("--room-size", cfg.room_size, min=5, max=10, example=7)
     check_int("--history-length", cfg.history_length, min=0, max=8, example=0)
@@ -185,6 +186,9 @@ def _check_quickstart(cfg: Any) -> None:
     from arlgym.errors import ConfigError
     from arlgym.quickstart import DEMO_MIN_SCORE
 
+    if cfg.panel not in ("test", "val"):
+        raise ConfigError(f"--panel {cfg.panel!r}: must be test or val. Fix: --panel val to choose "
+                          "a design, --panel test (default) for the final table")
     if cfg.demos not in DEMO_MIN_SCORE:
         raise ConfigError(f"--demos {cfg.demos!r}: must be won or all. Fix: --demos won (the "
                           "teacher's won episodes) or --demos all (every episode)")
@@ -224,7 +228,7 @@ def _cmd_quickstart(args: argparse.Namespace) -> int:
     for name in ("episodes", "sft_steps", "sft_minutes", "eval_episodes", "rl_steps", "rl_lr",
                  "rl_temperature", "rl_kl_coef", "rl_val_episodes",
                  "threads", "sft_threads", "rl_threads", "rl_jobs", "seed", "teacher", "demos", "eval_samples",
-                 "room_size", "history_length"):
+                 "room_size", "history_length", "panel", "choice_episodes"):
         value = getattr(args, name)
         if value is not None:
             setattr(cfg, name, value)
@@ -305,19 +309,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_patterns)
 
     p = sub.add_parser("quickstart", help="teacher demos -> SFT -> eval -> GRPO vs SAMPO (arena) -> eval (Sokoban, tiny, CPU)",
-                       description="The whole pipeline offline on CPU: collect the won episodes "
+                       description="The whole pipeline offline on CPU: collect every episode "
                                    "of a Sokoban teacher that slips (the optimal plan in its "
-                                   "reasoning, a random move instead of it 75% of the time), "
-                                   "behaviour-clone the tiny model on them, evaluate, "
-                                   "then a small arena from the SFT checkpoint: GRPO and SAMPO "
-                                   "side by side with one budget (`arlgym arena run`), each run's "
-                                   "best-on-validation policy evaluated on the same held-out rooms "
-                                   "with the paper's validation sampling. Prints a random / "
-                                   "teacher / SFT / SFT+GRPO / SFT+SAMPO table with every effect "
-                                   "as a paired difference (vs the SFT, vs the teacher, SAMPO vs "
-                                   "GRPO) and the collapse alarm's verdicts; saves curves.png, "
-                                   "report.md and the arena report. A rerun with the same --out "
-                                   "resumes the RL runs.")
+                                   "reasoning, a random move instead of it 70% of the time) on "
+                                   "this seed's own training rooms, behaviour-clone the tiny "
+                                   "model on them, then a small arena from the SFT checkpoint: "
+                                   "GRPO and SAMPO side by side with one budget (`arlgym arena "
+                                   "run`), each run's final policy evaluated on the same held-out "
+                                   "rooms (disjoint by content from every training room). Every "
+                                   "model row under greedy decoding and the paper's validation "
+                                   "sampling; RL's effect as a paired difference against the "
+                                   "SFT's best decoding (chosen on val rooms), SAMPO vs GRPO, vs "
+                                   "the teacher, and the collapse alarm's verdicts; saves "
+                                   "curves.png, report.md and the arena report. A rerun with the "
+                                   "same --out resumes the RL runs.")
     p.add_argument("--fast", action="store_true", help="tiny settings (CI smoke run, ~1 min)")
     p.add_argument("--out", default=None, help="output folder (default: runs/quickstart)")
     p.add_argument("--episodes", type=int, default=None,
@@ -331,6 +336,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "cut short and exits 3 unless --allow-short (default: none)")
     p.add_argument("--eval-episodes", type=int, default=None,
                    help="held-out rooms, the same for SFT and every RL run (default: 200)")
+    p.add_argument("--panel", default=None, choices=("test", "val"),
+                   help="the rooms the table is measured on: test (the final table) or val "
+                        "(choosing a design; test stays unseen by every choice) (default: test)")
+    p.add_argument("--choice-episodes", type=int, default=None,
+                   help="val rooms on which the SFT's best decoding (greedy or sampled) is "
+                        "chosen; RL is compared against that decoding (default: 200)")
     p.add_argument("--rl-algos", default=None,
                    help="arena presets compared from the SFT checkpoint, comma-separated; the "
                         "last is compared with the first on the same rooms (default: grpo,sampo; "

@@ -19,10 +19,15 @@ rooms, only on some seeds; a perfect expert's full imitation leaves RL nothing t
 (``history_length`` 0: the room is fully observed, and every phase runs ~3x faster than with
 the paper's two past turns).
 
-Why the paper's validation sampling (temperature 0.6, top-p 0.95, top-k 20, 4 episodes a room)
-and not greedy decoding: it is how ARLArena evaluates, a greedy policy fails by looping where a
-sampled one does not, and a success rate per room (4 episodes) is a finer paired outcome than
-one greedy win or loss.
+Both decodings, for every model row: greedy (argmax, one episode a room) and the paper's
+validation sampling (temperature 0.6, top-p 0.95, top-k 20, 4 episodes a room). RL's effect is
+stated against the SFT's *best* decoding — the better of the two on validation rooms — because
+a policy that imitates a noisy teacher copies its noise, and argmax already drops that noise
+for free: an effect measured against the sampled imitation alone can be what greedy decoding
+gives without any RL (docs/main_job.md). Every room is held out by content (a test puzzle cannot
+be drawn for training from any seed; the report counts the panel rooms the demonstrations
+played: 0), and ``--panel val`` measures the whole table on validation rooms, where designs are
+chosen; ``test`` is played for the final table only.
 
 Every phase runs a fixed number of steps (with a progress bar and ETA), never a time budget, so
 a busy machine gives the same numbers later: the two RL runs each use one torch thread (the
@@ -127,6 +132,18 @@ class QuickstartConfig:
     #: RL runs at once; each gets cores ÷ jobs torch threads (at least one)
     rl_jobs: int = 2
     seed: int = 0
+    #: the rooms every table row is measured on: ``test`` (the report) or ``val`` (choosing a
+    #: design: every choice of recipe is made on ``val``, and ``test`` is played once, for the
+    #: final table). Splits are disjoint by room content (arlgym.envs.sokoban.env.room_split)
+    panel: str = "test"
+    #: validation rooms on which the SFT's best decoding (greedy or the eval protocol's
+    #: sampling) is chosen; RL's effect is stated against that decoding on the panel
+    choice_episodes: int = field(default=200, metadata={"before": 0})
+    #: each seed draws its own demonstration rooms (env seeds ``seed`` × 1,000,003 + 500,009
+    #: on, disjoint from its RL draws); folders written before this setting drew the
+    #: demonstrations of every seed from env seeds ``seed``, ``seed`` + 1, … (2,996 of 3,000
+    #: rooms shared by seeds 0 and 4)
+    seeded_demos: bool = field(default=True, metadata={"before": False})
     #: torch CPU threads of eval (0: torch's default; -1: auto). One thread: generating for a
     #: batch of rooms gains nothing from more, and with a busy neighbour every OpenMP barrier
     #: waits for a descheduled thread (measured: one generate 1.4 s with 1 thread, 13-27 s with 2)
@@ -149,7 +166,12 @@ class QuickstartConfig:
         """Tiny settings for CI: every stage runs, numbers mean nothing."""
         return cls(out=out, episodes=64, sft_steps=20, eval_episodes=8, eval_samples=2, rl_steps=2,
                    rl_tasks=2, rl_group_size=2, rl_mini_batch_size=0, rl_cold_start_steps=1,
-                   rl_val_episodes=4, sft_threads=1, rl_threads=1, smoke=True)
+                   rl_val_episodes=4, choice_episodes=8, sft_threads=1, rl_threads=1, smoke=True)
+
+    @property
+    def demo_seed(self) -> int:
+        """The env seed of the first demonstration episode (:attr:`seeded_demos`)."""
+        return self.seed * 1_000_003 + 500_009 if self.seeded_demos else self.seed
 
 
 def choose_threads(requested: int, cores: int | None = None, load: float | None = None) -> int:
@@ -202,8 +224,8 @@ def env_kwargs(cfg: QuickstartConfig) -> dict[str, Any]:
 def _test_rooms_eval(policy_spec_or_obj: Any, episodes: int, out: Path, temperature: float,
                      samples: int = 1, seed: int | None = None, top_p: float = 1.0,
                      top_k: int = 0, kwargs: dict[str, Any] | None = None,
-                     progress: bool = True) -> tuple[dict[str, Any], list]:
-    """Eval on the first ``episodes`` Sokoban test rooms, ``samples`` episodes a room:
+                     progress: bool = True, split: str = "test") -> tuple[dict[str, Any], list]:
+    """Eval on the first ``episodes`` Sokoban rooms of ``split``, ``samples`` episodes a room:
     (overall summary, trajectories task by task in the eval list's order)."""
     from arlgym.evaluation.runner import evaluate
     from arlgym.policies import SamplingParams, make_policy
@@ -211,30 +233,48 @@ def _test_rooms_eval(policy_spec_or_obj: Any, episodes: int, out: Path, temperat
     policy = make_policy(policy_spec_or_obj) if isinstance(policy_spec_or_obj, str) else policy_spec_or_obj
     sampling = SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k, max_new_tokens=24,
                               seed=seed)
-    summary, trajs = evaluate("arl/Sokoban-v0", policy, episodes=episodes, split="test", out=out,
+    summary, trajs = evaluate("arl/Sokoban-v0", policy, episodes=episodes, split=split, out=out,
                               batch_size=64, samples_per_task=samples, sampling=sampling,
                               progress=progress, env_kwargs=kwargs or None)
     return summary["overall"], trajs
 
 
-def protocol_eval(cfg: QuickstartConfig, policy_spec_or_obj: Any, out: Path, progress: bool = True
-                  ) -> tuple[dict[str, Any], dict[str, float]]:
-    """The table's eval: the first ``cfg.eval_episodes`` test rooms, ``cfg.eval_samples``
-    episodes a room under the eval protocol (by default the paper's validation sampling:
-    temperature 0.6, top-p 0.95, top-k 20), draws seeded by ``cfg.seed`` + 1234 — the seed the
-    trainer's own evals use, so the SFT and the RL runs play the same draws where they agree.
-    Returns (overall summary, success rate per room in the panel's order)."""
-    summary, trajs = _test_rooms_eval(policy_spec_or_obj, cfg.eval_episodes, out,
-                                      temperature=cfg.eval_temperature, samples=cfg.eval_samples,
-                                      seed=cfg.seed + 1234, top_p=cfg.eval_top_p,
-                                      top_k=cfg.eval_top_k, kwargs=env_kwargs(cfg),
-                                      progress=progress)
+#: the two decodings every model row is measured under
+DECODINGS = ("greedy", "sampled")
+
+
+def panel_eval(cfg: QuickstartConfig, policy_spec_or_obj: Any, out: Path, decoding: str = "sampled",
+               split: str | None = None, episodes: int | None = None, progress: bool = True
+               ) -> tuple[dict[str, Any], dict[str, float]]:
+    """One eval of the table: the first ``episodes`` (default ``cfg.eval_episodes``) rooms of
+    ``split`` (default the table's panel, ``cfg.panel``) under ``decoding``: ``sampled`` is the
+    eval protocol (by default the paper's validation sampling: temperature 0.6, top-p 0.95,
+    top-k 20, ``cfg.eval_samples`` episodes a room, draws seeded by ``cfg.seed`` + 1234 — the
+    seed the trainer's own evals use, so the SFT and the RL runs play the same draws where they
+    agree); ``greedy`` is argmax decoding, one episode a room. Returns (overall summary, success
+    rate per room in the panel's order)."""
+    if decoding not in DECODINGS:
+        raise ValueError(f"decoding must be one of {DECODINGS}, got {decoding!r}")
+    sampled = decoding == "sampled"
+    summary, trajs = _test_rooms_eval(
+        policy_spec_or_obj, cfg.eval_episodes if episodes is None else episodes, out,
+        temperature=cfg.eval_temperature if sampled else 0.0,
+        samples=cfg.eval_samples if sampled else 1, seed=cfg.seed + 1234,
+        top_p=cfg.eval_top_p if sampled else 1.0, top_k=cfg.eval_top_k if sampled else 0,
+        kwargs=env_kwargs(cfg), progress=progress, split=split or cfg.panel)
     return summary, _wins_by_room(trajs)
 
 
-def _protocol_eval_job(cfg: QuickstartConfig, policy_spec: str, out: Path, threads: int
-                       ) -> tuple[dict[str, Any], dict[str, float]]:
-    """:func:`protocol_eval` in a worker process: ``threads`` torch threads, niced so that the RL
+def protocol_eval(cfg: QuickstartConfig, policy_spec_or_obj: Any, out: Path, progress: bool = True
+                  ) -> tuple[dict[str, Any], dict[str, float]]:
+    """The table's sampled eval on its panel (:func:`panel_eval` with ``decoding="sampled"``)."""
+    return panel_eval(cfg, policy_spec_or_obj, out, "sampled", progress=progress)
+
+
+def _protocol_eval_job(cfg: QuickstartConfig, policy_spec: str, out: Path, threads: int,
+                       decoding: str = "sampled", split: str | None = None,
+                       episodes: int | None = None) -> tuple[dict[str, Any], dict[str, float]]:
+    """:func:`panel_eval` in a worker process: ``threads`` torch threads, niced so that the RL
     runs it shares the cores with keep their pace (it takes what they leave idle)."""
     import torch
 
@@ -244,7 +284,7 @@ def _protocol_eval_job(cfg: QuickstartConfig, policy_spec: str, out: Path, threa
         os.nice(10)
     except OSError:  # not permitted: run at the default priority
         pass
-    return protocol_eval(cfg, policy_spec, out, progress=False)
+    return panel_eval(cfg, policy_spec, out, decoding, split, episodes, progress=False)
 
 
 class SFTEvalBeside:
@@ -256,15 +296,25 @@ class SFTEvalBeside:
     raises its error, if any. A finished eval file is read back, not replayed (the runner's
     resume)."""
 
-    def __init__(self, cfg: QuickstartConfig, sft_dir: Path, out: Path, threads: int) -> None:
+    def __init__(self, cfg: QuickstartConfig, sft_dir: Path, out: Path, threads: int,
+                 more: dict[str, tuple[Path, str, str | None, int | None]] | None = None) -> None:
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
 
         self._pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
         self._future = self._pool.submit(_protocol_eval_job, cfg, f"hf:{sft_dir}", out, threads)
+        # further evals of the same checkpoint, after it in the same worker: name ->
+        # (out, decoding, split, episodes)
+        self._more = {name: self._pool.submit(_protocol_eval_job, cfg, f"hf:{sft_dir}", path,
+                                              threads, decoding, split, episodes)
+                      for name, (path, decoding, split, episodes) in (more or {}).items()}
 
     def result(self) -> tuple[dict[str, Any], dict[str, float]]:
         return self._future.result()
+
+    def more(self, name: str) -> tuple[dict[str, Any], dict[str, float]]:
+        """The result of the further eval ``name`` (waits for it)."""
+        return self._more[name].result()
 
     def __enter__(self) -> SFTEvalBeside:
         return self
@@ -322,8 +372,8 @@ def _paired_on(before: dict[str, float], after: dict[str, float]) -> dict[str, f
 
 def arena_spec(cfg: QuickstartConfig, sft_dir: Path, out: Path):
     """The RL phase as an arena grid: every preset of ``cfg.rl_algos`` × the quickstart's seed,
-    from ``sft_dir``, one budget; the test eval of each run plays the quickstart's held-out
-    rooms (the first ``eval_episodes`` of the test split), so its episodes pair with the SFT's."""
+    from ``sft_dir``, one budget; the test eval of each run plays the quickstart's panel (the
+    first ``eval_episodes`` rooms of ``cfg.panel``), so its episodes pair with the SFT's."""
     from arlgym.arena.grid import ArenaSpec
 
     base: dict[str, Any] = {
@@ -337,7 +387,7 @@ def arena_spec(cfg: QuickstartConfig, sft_dir: Path, out: Path):
         # validations only when asked for: then the best of them is the reported policy
         "eval_steps": max(1, cfg.rl_steps // 2) if cfg.rl_val_episodes else 0, "eval_split": "val",
         "eval_episodes": max(1, cfg.rl_val_episodes), "save_best": bool(cfg.rl_val_episodes),
-        "test_episodes": cfg.eval_episodes, "test_split": "test",
+        "test_episodes": cfg.eval_episodes, "test_split": cfg.panel,
         "eval_temperature": cfg.eval_temperature, "eval_samples": cfg.eval_samples,
         "eval_top_p": cfg.eval_top_p, "eval_top_k": cfg.eval_top_k,
     }
@@ -440,13 +490,19 @@ def _protocol_text(cfg: QuickstartConfig) -> str:
             f"{cfg.eval_top_p:g}, top-k {cfg.eval_top_k}: the paper's validation sampling")
 
 
-def _report_lines(cfg: QuickstartConfig, rows: dict[str, dict], effects: dict[str, dict],
-                  versus: dict[str, Any] | None, runs: dict[str, dict[str, Any]],
+def _row_cells(r: dict[str, Any] | None) -> str:
+    if r is None:
+        return f"{'—':>8s} {'':6s}"
+    return f"{r['success_rate']:8.1%} {r['success_se']:6.1%}"
+
+
+def _report_lines(cfg: QuickstartConfig, found: dict[str, Any], overlap: dict[str, int],
                   short: list[str], timings: dict[str, float], sft_threads: int,
-                  rl_threads: int, resumed: list[str] | None = None,
-                  versus_teacher: dict[str, dict] | None = None) -> list[str]:
-    """The table, the paired RL effects, each RL run and the timings, as printed and as
-    written to ``report.md``."""
+                  rl_threads: int, resumed: list[str] | None = None) -> list[str]:
+    """The table (greedy and sampled decoding of every model), RL's effect against the SFT's
+    best decoding under both decodings, each RL run and the timings, as printed and as written
+    to ``report.md``."""
+    rows, runs, best = found["rows"], found["runs"], found["best"]
     what = f"{cfg.sft_steps} steps" if cfg.sft_steps > 0 else f"{cfg.sft_epochs} epochs"
     algos = " and ".join(a.upper() for a in cfg.rl_algos)
     width = max(10, *(len(name) for name in rows))  # SFT+CISPO_SM is longer than the default names
@@ -454,26 +510,45 @@ def _report_lines(cfg: QuickstartConfig, rows: dict[str, dict], effects: dict[st
         f"--fast smoke run: every stage runs at toy size ({cfg.sft_steps} SFT steps are too few "
         "to learn the response format, so most responses are malformed); the numbers mean "
         "nothing"]
-    lines += [f"Sokoban {cfg.room_size}x{cfg.room_size}/1 box, {cfg.eval_episodes} held-out "
-              f"rooms, {_protocol_text(cfg)}",
-             f"(SFT: {what} on the {cfg.teacher} teacher's {'won' if cfg.demos == 'won' else 'every'} "
-             f"episode{'s' if cfg.demos == 'won' else ''} of {cfg.episodes} rooms; "
-             f"RL: {algos}, {cfg.rl_steps} steps of {cfg.rl_tasks} rooms x {cfg.rl_group_size} "
-             f"each, {'best of the validations kept' if cfg.rl_val_episodes else 'the final policy'}):",
-             f"{'policy':{width}s} {'success':>8s} {'± se':>6s} {'format ok':>9s} {'steps':>6s}"]
+    lines += [f"Sokoban {cfg.room_size}x{cfg.room_size}/1 box, {cfg.eval_episodes} {cfg.panel} "
+              f"rooms; greedy: one episode a room; sampled: {_protocol_text(cfg)}",
+              f"(SFT: {what} on the {cfg.teacher} teacher's {'won' if cfg.demos == 'won' else 'every'} "
+              f"episode{'s' if cfg.demos == 'won' else ''} of {cfg.episodes} rooms; "
+              f"RL: {algos}, {cfg.rl_steps} steps of {cfg.rl_tasks} rooms x {cfg.rl_group_size} "
+              f"each, {'best of the validations kept' if cfg.rl_val_episodes else 'the final policy'}):",
+              f"{'policy':{width}s} {'greedy':>8s} {'± se':>6s} {'sampled':>8s} {'± se':>6s} "
+              f"{'format ok':>9s} {'steps':>6s}"]
     for name, r in rows.items():
-        lines.append(f"{name:{width}s} {r['success_rate']:8.1%} {r['success_se']:6.1%} "
-                     f"{r['format_valid_ratio']:9.1%} {r['mean_steps']:6.2f}")
-    for algo, effect in effects.items():
+        sampled = r.get("sampled", r)
+        greedy = r.get("greedy")
+        lines.append(f"{name:{width}s} {_row_cells(greedy)} {_row_cells(sampled)} "
+                     f"{sampled['format_valid_ratio']:9.1%} {sampled['mean_steps']:6.2f}")
+    choice = found["choice"]
+    where = f"{cfg.choice_episodes} val rooms" if cfg.choice_episodes else f"the {cfg.panel} rooms"
+    lines.append(f"SFT's best decoding: {best} (chosen on {where}: greedy "
+                 f"{choice['greedy']['success_rate']:.1%}, sampled {choice['sampled']['success_rate']:.1%})")
+    for algo, effect in found["effects"].items():
         run = runs[algo]
-        lines.append(f"RL effect of {algo.upper()} (same rooms, vs SFT): {_effect_text(effect)} "
-                     f"[{run['checkpoint']} checkpoint, step {run['best_step']}]")
+        for decoding in DECODINGS:
+            lines.append(f"{algo.upper()} {decoding} − SFT {best} (same rooms): "
+                         f"{_effect_text(effect[decoding])} [{run['checkpoint']} checkpoint, "
+                         f"step {run['best_step']}]")
+    earned = [a for a, e in found["effects"].items()
+              if all(not math.isnan(e[d]["z"]) and e[d]["z"] > 2 for d in DECODINGS)]
+    if found["effects"]:
+        lines.append("RL beats the SFT's best decoding by > 2 paired SE under both decodings: "
+                     + (", ".join(a.upper() for a in earned) if earned else "no run"))
+    versus = found["versus"]
     if versus is not None:
-        lines.append(f"{versus['b'].upper()} vs {versus['a'].upper()} (same rooms): "
-                     f"{_effect_text(versus['effect'])}")
-    for name, effect in (versus_teacher or {}).items():
+        for decoding in DECODINGS:
+            lines.append(f"{versus['b'].upper()} vs {versus['a'].upper()}, {decoding} (same rooms): "
+                         f"{_effect_text(versus['effect'][decoding])}")
+    for name, effect in found["versus_teacher"].items():
         label = name if name == "SFT" else f"SFT+{name.upper()}"
-        lines.append(f"{label} vs the teacher (same rooms): {_effect_text(effect)}")
+        lines.append(f"{label} ({best}) vs the teacher (same rooms): {_effect_text(effect)}")
+    lines.append(f"{cfg.panel} rooms trained on: {overlap['overlap']} of {overlap['panel']} "
+                 f"(puzzles among the {overlap['demo_rooms']} demonstration rooms; RL draws train "
+                 "puzzles only)")
     for algo, run in runs.items():
         ph = run["phase"]
         if run["collapse"]:
@@ -548,8 +623,171 @@ class RLRunFailed(RuntimeError):
     """An RL run of the quickstart's arena exited with an error (its log is named)."""
 
 
+def trained_on_panel(cfg: QuickstartConfig, data: Path) -> dict[str, int]:
+    """How many rooms of the table's panel the demonstrations played (by puzzle, not by seed;
+    must be 0): ``{"panel": rooms, "demo_rooms": distinct demonstration rooms, "overlap": n}``.
+    The RL runs draw ``train`` puzzles only (the env's content rule), so they add none."""
+    import gymnasium as gym
+
+    from arlgym.envs.sokoban.env import room_content_key
+
+    env = gym.make("arl/Sokoban-v0", **env_kwargs(cfg)).unwrapped
+    def puzzle(task_id: str) -> str:
+        return room_content_key(env.room_for_seed(int(task_id.rsplit("-", 1)[1])))
+
+    panel = {puzzle(t) for t in env.list_tasks(cfg.panel, cfg.eval_episodes)}
+    demo_ids = {json.loads(line)["task_id"] for line in (data / "episodes.jsonl").read_text().splitlines()
+                if line.strip()}
+    demos = {puzzle(t) for t in demo_ids}
+    env.close()
+    return {"panel": len(panel), "demo_rooms": len(demos), "overlap": len(panel & demos)}
+
+
+def _collect_phase(cfg: QuickstartConfig, out: Path) -> Path:
+    """[1/5] The teacher's episodes on ``train`` rooms of this seed's own draw."""
+    from arlgym.sft.collect import CollectConfig, collect_sft
+
+    kept = "won ones kept" if cfg.demos == "won" else "every one kept"
+    print(f"[1/5] collecting {cfg.episodes} episodes of the {cfg.teacher} teacher ({kept})")
+    data = out / "sft_data"
+    collect_sft(CollectConfig(policy=cfg.teacher, episodes=cfg.episodes, seed=cfg.demo_seed,
+                              batch_tasks=64, min_score=DEMO_MIN_SCORE[cfg.demos],
+                              env_kwargs=env_kwargs(cfg) or None), data)
+    return data
+
+
+def _sft_phase(cfg: QuickstartConfig, out: Path, data: Path, same_recipe: bool, sft_threads: int,
+               resumed: list[str]) -> dict[str, Any]:
+    """[2/5] Behaviour cloning (a finished SFT of this very recipe is reused)."""
+    import torch
+
+    from arlgym.sft.train import SFTRunConfig, train_sft
+
+    what = f"{cfg.sft_steps} steps" if cfg.sft_steps > 0 else f"{cfg.sft_epochs} epochs"
+    sft_dir = out / "sft"
+    # reuse only what this recipe made: a folder without recipe.json may hold any settings' SFT
+    sft_stats = _finished_sft(sft_dir) if same_recipe else None
+    if sft_stats is not None:
+        resumed.append("SFT reused")
+        print(f"[2/5] behaviour cloning: reusing the finished SFT in {sft_dir} ({sft_stats['steps']} steps)")
+        return sft_stats
+    print(f"[2/5] behaviour cloning the tiny model: {what}, {sft_threads} "
+          f"thread(s){'' if cfg.sft_minutes is None else f', guard {cfg.sft_minutes} min'}")
+    # what was measured on an earlier SFT of this folder no longer belongs to the new one
+    for stale in ("eval_sft", "eval_random", "eval_teacher", "eval_sft_greedy",
+                  "choice_sft_greedy", "choice_sft_sampled"):
+        for suffix in (".jsonl", ".summary.json", ".settings.json"):
+            (out / f"{stale}{suffix}").unlink(missing_ok=True)
+    shutil.rmtree(out / "arena", ignore_errors=True)
+    (sft_dir / "settings.json").unlink(missing_ok=True)  # trained afresh on purpose
+    if sft_threads:
+        torch.set_num_threads(sft_threads)
+    return train_sft(SFTRunConfig(data=(str(data),), model="tiny", output_dir=str(sft_dir),
+                                  engine="prefix", epochs=cfg.sft_epochs,
+                                  max_steps=cfg.sft_steps if cfg.sft_steps > 0 else -1, lr=cfg.sft_lr,
+                                  batch_size=cfg.sft_batch_size, seed=cfg.seed,
+                                  time_budget_minutes=cfg.sft_minutes, logging_steps=10))
+
+
+def _baselines_phase(cfg: QuickstartConfig, out: Path) -> tuple[dict[str, dict], dict[str, float]]:
+    """[3/5] Random moves and the teacher on the panel (their own sampling: one decoding)."""
+    from arlgym.policies.spec import seeded_policy
+
+    print(f"[3/5] evaluating random moves and the teacher on {cfg.eval_episodes} {cfg.panel} "
+          f"rooms ({_protocol_text(cfg)}); the SFT policy's evals (greedy and sampled, and the "
+          f"choice of its decoding on {cfg.choice_episodes} val rooms) run beside the arena")
+    rows = {}
+    rows["random"], _ = protocol_eval(cfg, seeded_policy("random", cfg.seed), out / "eval_random.jsonl")
+    rows["teacher"], teacher_wins = protocol_eval(cfg, seeded_policy(cfg.teacher, cfg.seed),
+                                                  out / "eval_teacher.jsonl")
+    return rows, teacher_wins
+
+
+def _sft_evals_beside(cfg: QuickstartConfig, out: Path, threads: int) -> SFTEvalBeside:
+    """The SFT's evals, in a worker beside the arena: sampled (the protocol) and greedy on the
+    panel, and both on the first ``choice_episodes`` val rooms (where its best decoding is
+    chosen; on the val panel itself when the table is measured there)."""
+    more: dict[str, tuple[Path, str, str | None, int | None]] = {
+        "greedy": (out / "eval_sft_greedy.jsonl", "greedy", None, None)}
+    if cfg.choice_episodes:
+        for decoding in DECODINGS:
+            more[f"choice_{decoding}"] = (out / f"choice_sft_{decoding}.jsonl", decoding, "val",
+                                          cfg.choice_episodes)
+    return SFTEvalBeside(cfg, out / "sft", out / "eval_sft.jsonl", threads, more)
+
+
+def best_decoding(choice: dict[str, dict[str, Any]]) -> str:
+    """The decoding with the higher success on the validation rooms (ties: greedy, the one that
+    costs no sampling)."""
+    return max(DECODINGS, key=lambda d: (choice[d]["success_rate"], d == "greedy"))
+
+
+def _arena_phase(cfg: QuickstartConfig, out: Path, threads: int
+                 ) -> tuple[dict[str, str], dict[str, tuple[dict, dict]], float]:
+    """[4/5] GRPO and SAMPO (``rl_algos``) from the SFT checkpoint, one budget, with the SFT's
+    evals beside them. Returns (run statuses, the SFT's evals by name, rl threads)."""
+    from arlgym.arena.grid import run_grid, threads_per_run
+
+    spec = arena_spec(cfg, out / "sft", out)
+    rl_threads = cfg.rl_threads if cfg.rl_threads >= 0 else threads_per_run(cfg.rl_jobs)
+    names = " and ".join(a.upper() for a in cfg.rl_algos)
+    print(f"[4/5] arena from the SFT checkpoint: {names}, {cfg.rl_steps} steps of {cfg.rl_tasks} "
+          f"rooms x {cfg.rl_group_size} rollouts each, {cfg.rl_jobs} run(s) at once, "
+          f"{rl_threads} thread(s) each; logs in {spec.out}/<algo>/seed-{cfg.seed}/train.log")
+    # measured: eval + RL ~0.4 min shorter than the SFT's eval before the arena, same numbers
+    with _sft_evals_beside(cfg, out, threads) as sft_eval:
+        results = run_grid(spec, jobs=cfg.rl_jobs)
+        sft = {"sampled": sft_eval.result(), "greedy": sft_eval.more("greedy")}
+        for decoding in DECODINGS:
+            if cfg.choice_episodes:
+                sft[f"choice_{decoding}"] = sft_eval.more(f"choice_{decoding}")
+    return results, sft, rl_threads
+
+
+def _report_phase(cfg: QuickstartConfig, out: Path, rows: dict[str, dict], teacher_wins: dict,
+                  sft: dict[str, tuple[dict, dict]]) -> dict[str, Any]:
+    """[5/5] Each run's final policy greedily on the panel (its sampled eval is the arena's),
+    and every effect: RL against the SFT's best decoding under both decodings, SAMPO against
+    GRPO, each against the teacher."""
+    from arlgym.arena.report import load_runs
+
+    print(f"[5/5] greedy evals of the RL policies on the {cfg.panel} rooms, then the effects and "
+          "the report")
+    choice = ({d: sft[f"choice_{d}"][0] for d in DECODINGS} if cfg.choice_episodes else
+              {"greedy": sft["greedy"][0], "sampled": sft["sampled"][0]})
+    best = best_decoding(choice)
+    rows["SFT"] = {"greedy": sft["greedy"][0], "sampled": sft["sampled"][0]}
+    wins = {"SFT": {"greedy": sft["greedy"][1], "sampled": sft["sampled"][1]}}
+    runs: dict[str, dict[str, Any]] = {}
+    finished = {r.algo: r for r in load_runs([str((out / "arena").resolve())])}
+    for algo in cfg.rl_algos:
+        run = read_arena_run(finished[algo])
+        run["phase"] = rl_phase_summary(run["rows"], cfg.rl_temperature)
+        folder = finished[algo].folder / ("best" if run["checkpoint"] == "best" else "final")
+        greedy = panel_eval(cfg, f"hf:{folder}", out / f"eval_{algo}_greedy.jsonl", "greedy",
+                            progress=False)
+        runs[algo] = run
+        rows[f"SFT+{algo.upper()}"] = {"greedy": greedy[0], "sampled": run["summary"]}
+        wins[algo] = {"greedy": greedy[1], "sampled": run["wins"]}
+    effects: dict[str, dict[str, dict[str, float]]] = {}
+    versus_teacher: dict[str, dict[str, float]] = {}
+    versus = None
+    if cfg.eval_episodes >= 2:
+        base = wins["SFT"][best]
+        for algo in cfg.rl_algos:
+            effects[algo] = {d: _paired_on(base, wins[algo][d]) for d in DECODINGS}
+        versus_teacher = {"SFT": _paired_on(teacher_wins, wins["SFT"][best]),
+                          **{a: _paired_on(teacher_wins, wins[a][best]) for a in cfg.rl_algos}}
+        if len(cfg.rl_algos) >= 2:
+            a, b = cfg.rl_algos[0], cfg.rl_algos[-1]
+            versus = {"a": a, "b": b,
+                      "effect": {d: _paired_on(wins[a][d], wins[b][d]) for d in DECODINGS}}
+    return {"rows": rows, "runs": runs, "effects": effects, "versus": versus,
+            "versus_teacher": versus_teacher, "best": best, "choice": choice}
+
+
 def run_quickstart(cfg: QuickstartConfig) -> dict[str, Any]:
-    """Run every phase; returns (and writes to ``quickstart.json``) the table's numbers.
+    """Run the five phases; returns (and writes to ``quickstart.json``) the table's numbers.
 
     Raises:
         CutShort: a phase ran fewer steps than planned and ``allow_short`` is off — after the
@@ -562,10 +800,7 @@ def run_quickstart(cfg: QuickstartConfig) -> dict[str, Any]:
     """
     import torch
 
-    from arlgym.arena.grid import run_grid, threads_per_run
-    from arlgym.arena.report import load_runs, write_report
-    from arlgym.sft.collect import CollectConfig, collect_sft
-    from arlgym.sft.train import SFTRunConfig, train_sft
+    from arlgym.arena.report import write_report
 
     threads = choose_threads(cfg.threads)
     sft_threads = choose_threads(cfg.sft_threads)
@@ -581,68 +816,23 @@ def run_quickstart(cfg: QuickstartConfig) -> dict[str, Any]:
     t0 = time.perf_counter()
     timings: dict[str, float] = {}
     short: list[str] = []
-
-    kept = "won ones kept" if cfg.demos == "won" else "every one kept"
-    print(f"[1/5] collecting {cfg.episodes} episodes of the {cfg.teacher} teacher ({kept})")
-    data = out / "sft_data"
-    collect_sft(CollectConfig(policy=cfg.teacher, episodes=cfg.episodes, seed=cfg.seed,
-                              batch_tasks=64, min_score=DEMO_MIN_SCORE[cfg.demos],
-                              env_kwargs=env_kwargs(cfg) or None), data)
-    timings["collect_s"] = time.perf_counter() - t0
-
-    what = f"{cfg.sft_steps} steps" if cfg.sft_steps > 0 else f"{cfg.sft_epochs} epochs"
-    sft_dir = out / "sft"
-    t = time.perf_counter()
-    # reuse only what this recipe made: a folder without recipe.json may hold any settings' SFT
-    sft_stats = _finished_sft(sft_dir) if same_recipe else None
     resumed: list[str] = []
-    if sft_stats is not None:
-        resumed.append("SFT reused")
-        print(f"[2/5] behaviour cloning: reusing the finished SFT in {sft_dir} ({sft_stats['steps']} steps)")
-    else:
-        print(f"[2/5] behaviour cloning the tiny model: {what}, {sft_threads} "
-              f"thread(s){'' if cfg.sft_minutes is None else f', guard {cfg.sft_minutes} min'}")
-        # what was measured on an earlier SFT of this folder no longer belongs to the new one
-        for stale in ("eval_sft", "eval_random", "eval_teacher"):
-            for suffix in (".jsonl", ".summary.json", ".settings.json"):
-                (out / f"{stale}{suffix}").unlink(missing_ok=True)
-        shutil.rmtree(out / "arena", ignore_errors=True)
-        (sft_dir / "settings.json").unlink(missing_ok=True)  # trained afresh on purpose
-        if sft_threads:
-            torch.set_num_threads(sft_threads)
-        sft_stats = train_sft(SFTRunConfig(data=(str(data),), model="tiny", output_dir=str(sft_dir),
-                                           engine="prefix", epochs=cfg.sft_epochs,
-                                           max_steps=cfg.sft_steps if cfg.sft_steps > 0 else -1, lr=cfg.sft_lr,
-                                           batch_size=cfg.sft_batch_size, seed=cfg.seed,
-                                           time_budget_minutes=cfg.sft_minutes, logging_steps=10))
+
+    data = _collect_phase(cfg, out)
+    timings["collect_s"] = time.perf_counter() - t0
+    t = time.perf_counter()
+    sft_stats = _sft_phase(cfg, out, data, same_recipe, sft_threads, resumed)
     timings["sft_s"] = time.perf_counter() - t
     if threads:
         torch.set_num_threads(threads)
     if sft_stats["steps"] < sft_stats.get("planned_steps", cfg.sft_steps):
         short.append(f"SFT ran {sft_stats['steps']} of {sft_stats.get('planned_steps')} steps "
                      f"(--sft-minutes {cfg.sft_minutes})")
-
-    print(f"[3/5] evaluating random moves and the teacher on {cfg.eval_episodes} held-out rooms "
-          f"({_protocol_text(cfg)}); the SFT policy's eval on them runs beside the arena")
     t = time.perf_counter()
-    from arlgym.policies.spec import seeded_policy
-
-    rows = {}
-    rows["random"], _ = protocol_eval(cfg, seeded_policy("random", cfg.seed), out / "eval_random.jsonl")
-    rows["teacher"], teacher_wins = protocol_eval(cfg, seeded_policy(cfg.teacher, cfg.seed),
-                                                  out / "eval_teacher.jsonl")
+    rows, teacher_wins = _baselines_phase(cfg, out)
     timings["eval_s"] = time.perf_counter() - t
-
-    rl_threads = cfg.rl_threads if cfg.rl_threads >= 0 else threads_per_run(cfg.rl_jobs)
-    names = " and ".join(a.upper() for a in cfg.rl_algos)
-    print(f"[4/5] arena from the SFT checkpoint: {names}, {cfg.rl_steps} steps of {cfg.rl_tasks} "
-          f"rooms x {cfg.rl_group_size} rollouts each, {cfg.rl_jobs} run(s) at once, "
-          f"{rl_threads} thread(s) each; logs in {spec.out}/<algo>/seed-{cfg.seed}/train.log")
     t = time.perf_counter()
-    # measured: eval + RL ~0.4 min shorter than the SFT's eval before the arena, same numbers
-    with SFTEvalBeside(cfg, sft_dir, out / "eval_sft.jsonl", threads) as sft_eval:
-        results = run_grid(spec, jobs=cfg.rl_jobs)
-        rows["SFT"], sft_wins = sft_eval.result()
+    results, sft, rl_threads = _arena_phase(cfg, out, threads)
     timings["rl_s"] = time.perf_counter() - t
     skipped = sum(v == "finished (skipped)" for v in results.values())
     if skipped:
@@ -652,42 +842,33 @@ def run_quickstart(cfg: QuickstartConfig) -> dict[str, Any]:
         raise RLRunFailed("; ".join(f"{k}: {v}" for k, v in failed.items())
                           + " — rerun the same command to resume it from its newest checkpoint")
 
-    print("[5/5] reading the runs' test evals (same rooms as the SFT eval) and writing the report")
-    runs: dict[str, dict[str, Any]] = {}
-    effects: dict[str, dict[str, float]] = {}
-    versus_teacher: dict[str, dict[str, float]] = {}
-    if cfg.eval_episodes >= 2:
-        versus_teacher["SFT"] = _paired_on(teacher_wins, sft_wins)
-    finished = {r.algo: r for r in load_runs([spec.out])}
-    for algo in cfg.rl_algos:
-        run = read_arena_run(finished[algo])
-        run["phase"] = rl_phase_summary(run["rows"], cfg.rl_temperature)
-        runs[algo] = run
-        rows[f"SFT+{algo.upper()}"] = run["summary"]
-        if cfg.eval_episodes >= 2:
-            effects[algo] = _paired_on(sft_wins, run["wins"])
-            versus_teacher[algo] = _paired_on(teacher_wins, run["wins"])
+    t = time.perf_counter()
+    found = _report_phase(cfg, out, rows, teacher_wins, sft)
+    timings["greedy_s"] = time.perf_counter() - t
+    runs = found["runs"]
+    for algo, run in runs.items():
         if run["phase"]["steps"] < cfg.rl_steps and not run["collapse"]:
             short.append(f"{algo.upper()} ran {run['phase']['steps']} of {cfg.rl_steps} steps")
-    versus = None
-    if len(cfg.rl_algos) >= 2 and cfg.eval_episodes >= 2:
-        a, b = cfg.rl_algos[0], cfg.rl_algos[-1]
-        versus = {"a": a, "b": b, "effect": _paired_on(runs[a]["wins"], runs[b]["wins"])}
+    overlap = trained_on_panel(cfg, data)
     arena_report = write_report([spec.out])
     timings["total_s"] = time.perf_counter() - t0
 
-    _plot(sft_stats["log"], runs, rows["SFT"]["success_rate"], out / "curves.png",
-          {"teacher": rows["teacher"]["success_rate"], "random moves": rows["random"]["success_rate"]})
-    report = _report_lines(cfg, rows, effects, versus, runs, short, timings, sft_threads, rl_threads,
-                           resumed, versus_teacher)
+    _plot(sft_stats["log"], runs, rows["SFT"]["sampled"]["success_rate"], out / "curves.png",
+          {"teacher": rows["teacher"]["success_rate"], "random moves": rows["random"]["success_rate"],
+           "SFT, greedy": rows["SFT"]["greedy"]["success_rate"]})
+    report = _report_lines(cfg, found, overlap, short, timings, sft_threads, rl_threads, resumed)
     print("\n" + "\n".join(report) + f"\ncurves: {out / 'curves.png'}; arena report: "
           f"{arena_report / 'index.html'}")
     (out / "report.md").write_text(
         "# arlgym quickstart\n\n```\n" + "\n".join(report) + "\n```\n\n![curves](curves.png)\n\n"
         "The arena's own report (every diagnostic's curves, the IS analysis, action flows): "
         "[arena/report/index.html](arena/report/index.html)\n")
-    result = {"rows": rows, "rl_effects": effects, "versus_teacher": versus_teacher,
-              "versus": None if versus is None else {"a": versus["a"], "b": versus["b"], **versus["effect"]},
+    versus = found["versus"]
+    result = {"rows": found["rows"], "rl_effects": found["effects"],
+              "versus_teacher": found["versus_teacher"], "panel": cfg.panel,
+              "best_decoding": found["best"], "decoding_choice": found["choice"],
+              "trained_on_panel": overlap,
+              "versus": None if versus is None else versus,
               "runs": {a: {k: v for k, v in r.items() if k not in ("rows", "wins")} for a, r in runs.items()},
               "timings": timings, "cut_short": short, "resumed": resumed,
               "threads": {"sft": sft_threads, "rl_per_run": rl_threads, "rl_jobs": cfg.rl_jobs, "eval": threads},
