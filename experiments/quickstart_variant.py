@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from arlgym.arena.grid import parse_value, run_grid
     from arlgym.errors import ConfigError
-    from arlgym.quickstart import _paired_on, _wins_by_room, arena_spec, recipe_config
+    from arlgym.quickstart import _paired_on, _wins_by_room, arena_spec, panel_eval, recipe_config
     from arlgym.rollout import load_jsonl
 
     start, out = Path(args.start), Path(args.out)
@@ -102,6 +102,22 @@ def main(argv: list[str] | None = None) -> int:
               f"of turns (SFT {result['sft']['slip_share']:.1%}), episodes without one won "
               f"{result['checkpoints'][label]['won_without_slip']:.1%} "
               f"(SFT {result['sft']['won_without_slip']:.1%})")
+    # both decodings against the SFT's best one (chosen on val by the quickstart), where the
+    # quickstart measured both (folders written before the greedy rows have no eval_sft_greedy)
+    summary = json.loads((start / "quickstart.json").read_text()) if (start / "quickstart.json").exists() else {}
+    best = summary.get("best_decoding")
+    if best and (start / "eval_sft_greedy.jsonl").exists():
+        sft_wins = {"sampled": before, "greedy": _wins_by_room(load_jsonl(start / "eval_sft_greedy.jsonl"))}
+        checkpoint = run / "final"
+        greedy = panel_eval(cfg, f"hf:{checkpoint}", out / "eval_greedy.jsonl", "greedy", progress=False)[1]
+        rl_wins = {"greedy": greedy, "sampled": _wins_by_room(load_jsonl(run / "eval" / "test-last.jsonl"))}
+        result["versus_best"] = {"best": best, **{d: _paired_on(sft_wins[best], rl_wins[d]) for d in rl_wins},
+                                 "rl_success": {d: sum(w.values()) / len(w) for d, w in rl_wins.items()},
+                                 "sft_success": {d: sum(w.values()) / len(w) for d, w in sft_wins.items()}}
+        for d in ("greedy", "sampled"):
+            e = result["versus_best"][d]
+            print(f"final {d}: RL - SFT {best} {100 * e['difference']:+.1f} ± {100 * e['se']:.1f} "
+                  f"(z {e['z']:+.2f}; RL {result['versus_best']['rl_success'][d]:.1%})")
     (out / "variant.json").write_text(json.dumps(result, indent=2))
     return 0
 

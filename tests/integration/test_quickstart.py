@@ -50,12 +50,36 @@ def test_quickstart_fast(fast_quickstart):
         assert result["runs"][algo]["phase"]["steps"] == 2
         assert result["runs"][algo]["checkpoint"] in ("best", "last")
         assert f"{algo.upper()} run (T=1.0)" in proc.stdout and "collapse alarm:" in proc.stdout
-    assert "SAMPO vs GRPO (same rooms)" in proc.stdout
+    assert "SAMPO vs GRPO, greedy (same rooms)" in proc.stdout
+    assert "SAMPO vs GRPO, sampled (same rooms)" in proc.stdout
+    # both decodings of every model, RL against the SFT's best decoding chosen on val rooms
+    assert result["best_decoding"] in ("greedy", "sampled")
+    choice = result["decoding_choice"]
+    best = max(("greedy", "sampled"), key=lambda d: (choice[d]["success_rate"], d == "greedy"))
+    assert result["best_decoding"] == best
+    for name in ("SFT", "SFT+GRPO", "SFT+SAMPO"):
+        assert set(result["rows"][name]) == {"greedy", "sampled"}
+    for algo in ("grpo", "sampo"):
+        assert set(result["rl_effects"][algo]) == {"greedy", "sampled"}
+        greedy_rooms = [json.loads(x)["task_id"] for x in (out / f"eval_{algo}_greedy.jsonl").read_text().splitlines()]
+        assert greedy_rooms == list(dict.fromkeys(sft_rooms))  # one greedy episode a room, same rooms
+    choice_rooms = {json.loads(x)["task_id"] for x in (out / "choice_sft_greedy.jsonl").read_text().splitlines()}
+    import gymnasium as gym
+
+    import arlgym  # noqa: F401
+
+    env = gym.make("arl/Sokoban-v0", dim_room=7, history_length=0).unwrapped
+    assert choice_rooms == set(env.list_tasks("val", 8)) and not choice_rooms & set(sft_rooms)
+    # no room of the panel was trained on, by puzzle
+    assert result["trained_on_panel"] == {"panel": 8, "demo_rooms": result["trained_on_panel"]["demo_rooms"],
+                                          "overlap": 0}
+    assert "test rooms trained on: 0 of 8" in proc.stdout
     assert (out / "curves.png").stat().st_size > 1000
     assert (out / "arena" / "report" / "index.html").exists()
     assert (out / "arena" / "report" / "table.md").read_text().count("| ") > 4
     report = (out / "report.md").read_text()  # the printed table, effects and timings, kept
-    assert "RL effect of SAMPO (same rooms, vs SFT)" in report and "SFT+GRPO" in report
+    assert f"SAMPO greedy − SFT {result['best_decoding']} (same rooms)" in report and "SFT+GRPO" in report
+    assert "RL beats the SFT's best decoding by > 2 paired SE under both decodings:" in report
     assert "curves.png" in report and "arena/report/index.html" in report
     assert (out / "sft" / "model.safetensors").exists()
     # the default design: the teacher with slips on 7×7 rooms, the current grid only
@@ -127,6 +151,12 @@ def test_an_error_in_the_arena_ends_the_eval_beside_it(fast_quickstart, tmp_path
     assert done < 800  # ended mid-eval: the rerun resumes from what was written
 
 
+def _rates(rows):
+    """Success rate of every row and decoding (baselines have one, the models two)."""
+    return {(k, d): r["success_rate"] for k, v in rows.items()
+            for d, r in (v.items() if "greedy" in v else [("sampled", v)])}
+
+
 @pytest.mark.slow
 def test_quickstart_rerun_resumes_finished_runs(fast_quickstart, tmp_path):
     """A second quickstart on the same folder skips the finished RL runs (the arena's resume)
@@ -142,8 +172,7 @@ def test_quickstart_rerun_resumes_finished_runs(fast_quickstart, tmp_path):
     assert "resumed: SFT reused, 2 of 2 RL runs read back" in again.stdout
     assert second["resumed"] == ["SFT reused", "2 of 2 RL runs read back"] and first["resumed"] == []
     assert second["timings"]["rl_s"] < first["timings"]["rl_s"]  # nothing retrained
-    assert {k: v["success_rate"] for k, v in second["rows"].items()} == \
-        {k: v["success_rate"] for k, v in first["rows"].items()}
+    assert _rates(second["rows"]) == _rates(first["rows"])
     assert second["rl_effects"] == first["rl_effects"]
 
 
