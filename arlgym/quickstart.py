@@ -137,7 +137,8 @@ class QuickstartConfig:
     #: final table). Splits are disjoint by room content (arlgym.envs.sokoban.env.room_split)
     panel: str = "test"
     #: validation rooms on which the SFT's best decoding (greedy or the eval protocol's
-    #: sampling) is chosen; RL's effect is stated against that decoding on the panel
+    #: sampling) is chosen; RL's effect is stated against that decoding on the panel (with
+    #: ``panel`` ``val`` the panel's own evals choose)
     choice_episodes: int = field(default=200, metadata={"before": 0})
     #: each seed draws its own demonstration rooms (env seeds ``seed`` × 1,000,003 + 500,009
     #: on, disjoint from its RL draws); folders written before this setting drew the
@@ -524,7 +525,8 @@ def _report_lines(cfg: QuickstartConfig, found: dict[str, Any], overlap: dict[st
         lines.append(f"{name:{width}s} {_row_cells(greedy)} {_row_cells(sampled)} "
                      f"{sampled['format_valid_ratio']:9.1%} {sampled['mean_steps']:6.2f}")
     choice = found["choice"]
-    where = f"{cfg.choice_episodes} val rooms" if cfg.choice_episodes else f"the {cfg.panel} rooms"
+    apart = cfg.choice_episodes and cfg.panel != "val"
+    where = f"{cfg.choice_episodes} val rooms" if apart else f"the {cfg.panel} rooms"
     lines.append(f"SFT's best decoding: {best} (chosen on {where}: greedy "
                  f"{choice['greedy']['success_rate']:.1%}, sampled {choice['sampled']['success_rate']:.1%})")
     for algo, effect in found["effects"].items():
@@ -709,7 +711,7 @@ def _sft_evals_beside(cfg: QuickstartConfig, out: Path, threads: int) -> SFTEval
     chosen; on the val panel itself when the table is measured there)."""
     more: dict[str, tuple[Path, str, str | None, int | None]] = {
         "greedy": (out / "eval_sft_greedy.jsonl", "greedy", None, None)}
-    if cfg.choice_episodes:
+    if cfg.choice_episodes and cfg.panel != "val":  # on val, the panel's own evals choose
         for decoding in DECODINGS:
             more[f"choice_{decoding}"] = (out / f"choice_sft_{decoding}.jsonl", decoding, "val",
                                           cfg.choice_episodes)
@@ -739,7 +741,7 @@ def _arena_phase(cfg: QuickstartConfig, out: Path, threads: int
         results = run_grid(spec, jobs=cfg.rl_jobs)
         sft = {"sampled": sft_eval.result(), "greedy": sft_eval.more("greedy")}
         for decoding in DECODINGS:
-            if cfg.choice_episodes:
+            if cfg.choice_episodes and cfg.panel != "val":
                 sft[f"choice_{decoding}"] = sft_eval.more(f"choice_{decoding}")
     return results, sft, rl_threads
 
@@ -753,7 +755,8 @@ def _report_phase(cfg: QuickstartConfig, out: Path, rows: dict[str, dict], teach
 
     print(f"[5/5] greedy evals of the RL policies on the {cfg.panel} rooms, then the effects and "
           "the report")
-    choice = ({d: sft[f"choice_{d}"][0] for d in DECODINGS} if cfg.choice_episodes else
+    chosen_apart = cfg.choice_episodes and cfg.panel != "val"
+    choice = ({d: sft[f"choice_{d}"][0] for d in DECODINGS} if chosen_apart else
               {"greedy": sft["greedy"][0], "sampled": sft["sampled"][0]})
     best = best_decoding(choice)
     rows["SFT"] = {"greedy": sft["greedy"][0], "sampled": sft["sampled"][0]}
