@@ -9,6 +9,7 @@ from typing import Any
 
 from arlgym.clikit import ArgumentParser, add_env_kwargs, add_version, env_kwargs_of
 from arlgym.errors import ArlgymError
+from arlgym.evaluation.decodings import is_model_policy
 
 __all__ = ["main", "build_parser"]
 
@@ -135,7 +136,29 @@ def _cmd_eval(args: argparse.Namespace) -> int:
                           **remote)
     print(format_summary(summary, f"{args.policy} on {args.env} ({args.split} split)"))
     print(f"episodes: {out}\nsummary:  {Path(out).with_suffix('.summary.json')}")
+    if args.temperature > 0 and is_model_policy(args.policy) and not args.sampled_only:
+        _greedy_beside(args, policy, out, remote)
     return 0
+
+
+def _greedy_beside(args: argparse.Namespace, policy: Any, out: Any, remote: dict) -> None:
+    """The same tasks greedily, one episode each, and greedy − sampled paired by task: a model
+    row is reported under both decodings (arlgym/evaluation/decodings.py says why)."""
+    from arlgym.evaluation.decodings import greedy_companion, paired_on_tasks, success_by_task
+    from arlgym.evaluation.metrics import format_summary
+    from arlgym.evaluation.runner import evaluate
+    from arlgym.policies import SamplingParams
+    from arlgym.rollout import load_jsonl
+
+    greedy_out = greedy_companion(out)
+    sampling = SamplingParams(temperature=0.0, max_new_tokens=args.max_new_tokens, seed=args.seed)
+    summary, greedy = evaluate(args.env, policy, episodes=args.episodes, split=args.split,
+                               out=greedy_out, batch_size=args.batch_size, sampling=sampling,
+                               env_kwargs=env_kwargs_of(args), progress=not args.no_progress, **remote)
+    print(format_summary(summary, f"{args.policy} on {args.env} ({args.split} split), greedy"))
+    effect = paired_on_tasks(success_by_task(load_jsonl(out)), success_by_task(greedy))
+    print(f"greedy − sampled (same tasks): {effect['difference']:+.1%} ± {effect['se']:.1%} paired "
+          f"SE ({effect['gained']} tasks gained, {effect['lost']} lost)\ngreedy episodes: {greedy_out}")
 
 
 def _cmd_patterns(args: argparse.Namespace) -> int:
@@ -293,6 +316,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--samples-per-task", type=int, default=1,
                    help="episodes per task, for pass@k (default: 1)")
     p.add_argument("--seed", type=int, default=0, help="sampling seed (default: 0)")
+    p.add_argument("--sampled-only", action="store_true",
+                   help="a model policy at --temperature > 0 is also played greedily on the same "
+                        "tasks (<out>.greedy.jsonl) and the two are paired; this skips that")
     from arlgym.serve.cli import add_env_servers
 
     add_env_servers(p)

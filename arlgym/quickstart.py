@@ -51,6 +51,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from arlgym.evaluation.decodings import paired_difference, paired_on_tasks, success_by_task
 from arlgym.rl import metrics as M
 
 __all__ = ["QuickstartConfig", "rl_phase_summary", "run_quickstart", "paired_difference",
@@ -198,21 +199,6 @@ def choose_threads(requested: int, cores: int | None = None, load: float | None 
     return min(2, cores) if free >= min(2, cores) - 0.5 else 1
 
 
-def paired_difference(before: list[float], after: list[float]) -> dict[str, float]:
-    """after − before on the same rooms: the mean difference, its standard error from the
-    per-room differences (a paired test: rooms both policies win or both lose add no noise)
-    and z = mean / SE. Per room a win (bool) or a success rate over several samples."""
-    n = len(before)
-    if n != len(after) or n < 2:
-        raise ValueError("paired_difference needs two equally long outcome lists (n >= 2)")
-    d = [float(a) - float(b) for a, b in zip(after, before, strict=True)]
-    mean = sum(d) / n
-    var = sum((x - mean) ** 2 for x in d) / (n - 1)
-    se = math.sqrt(var / n)
-    return {"difference": mean, "se": se, "z": mean / se if se > 0 else float("nan"),
-            "rooms": n, "gained": sum(x > 0 for x in d), "lost": sum(x < 0 for x in d)}
-
-
 def env_kwargs(cfg: QuickstartConfig) -> dict[str, Any]:
     """The Sokoban env kwargs of every phase (none for the paper's settings: 6×6 rooms, two
     past turns in the prompt)."""
@@ -351,24 +337,9 @@ def sampled_eval(policy_spec_or_obj: Any, episodes: int, samples: int, out: Path
     return summary, [sum(v) / len(v) for v in rooms.values()]
 
 
-def _wins_by_room(trajectories: Any) -> dict[str, float]:
-    """task id -> success rate over the room's episodes (0/1 for a greedy eval), in the eval's
-    (the panel's) order."""
-    rooms: dict[str, list[float]] = {}
-    for t in trajectories:
-        rooms.setdefault(t.task_id, []).append(float(t.won))
-    return {k: sum(v) / len(v) for k, v in rooms.items()}
-
-
-def _paired_on(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
-    """:func:`paired_difference` over the rooms of ``before``, in its order (both evals played
-    the same panel; a room missing from ``after`` is an error, not a silent drop)."""
-    missing = [k for k in before if k not in after]
-    if missing:
-        raise ValueError(f"{len(missing)} rooms of the SFT eval are missing from the RL eval "
-                         f"(e.g. {missing[0]}): the two evals did not play the same panel")
-    rooms = list(before)
-    return paired_difference([before[k] for k in rooms], [after[k] for k in rooms])
+#: per-room success and the paired effect (kept under these names for the experiments)
+_wins_by_room = success_by_task
+_paired_on = paired_on_tasks
 
 
 def arena_spec(cfg: QuickstartConfig, sft_dir: Path, out: Path):
