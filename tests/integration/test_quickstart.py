@@ -49,7 +49,7 @@ def test_quickstart_fast(fast_quickstart):
         assert rooms == sft_rooms
         assert result["runs"][algo]["phase"]["steps"] == 2
         assert result["runs"][algo]["checkpoint"] in ("best", "last")
-        assert f"{algo.upper()} run (T=1.0)" in proc.stdout and "collapse alarm:" in proc.stdout
+        assert f"{algo.upper()} run (T=0.6)" in proc.stdout and "collapse alarm:" in proc.stdout
     assert "SAMPO vs GRPO, greedy (same rooms)" in proc.stdout
     assert "SAMPO vs GRPO, sampled (same rooms)" in proc.stdout
     # both decodings of every model, RL against the SFT's best decoding chosen on val rooms
@@ -383,12 +383,12 @@ def test_rl_kl_temperature_and_validation_reach_every_arena_run(tmp_path):
 
     cfg = QuickstartConfig()
     spec = arena_spec(cfg, tmp_path / "sft", tmp_path)
-    assert spec.base["kl_coef"] == 0.2 and spec.base["temperature"] == 1.0
+    assert spec.base["kl_coef"] == 0.2 and spec.base["temperature"] == 0.6
     assert (spec.base["eval_steps"], spec.base["save_best"]) == (0, False)
     spec.validate()
-    spec = arena_spec(replace(cfg, rl_kl_coef=None, rl_temperature=0.6, rl_val_episodes=40),
+    spec = arena_spec(replace(cfg, rl_kl_coef=None, rl_temperature=1.0, rl_val_episodes=40),
                       tmp_path / "sft", tmp_path)
-    assert "kl_coef" not in spec.base and spec.base["temperature"] == 0.6
+    assert "kl_coef" not in spec.base and spec.base["temperature"] == 1.0
     assert (spec.base["eval_steps"], spec.base["eval_episodes"], spec.base["save_best"]) == (4, 40, True)
     spec.validate()
 
