@@ -49,6 +49,7 @@ from arlgym.envs.tir_math.problems import (
     MathProblem,
     generate_problem,
     load_problems,
+    without_held_out,
 )
 from arlgym.envs.tir_math.sandbox import PythonSandbox
 from arlgym.errors import ConfigError, TaskNotFound
@@ -201,7 +202,13 @@ class TIRMathEnv(AgentEnv):
         return split
 
     def _dataset(self, split: str) -> list[MathProblem]:
-        """The official problems of ``split`` (loaded once per env)."""
+        """The official problems of ``split`` (loaded once per env).
+
+        From a folder, ``train`` drops every problem whose content a ``val`` or ``test`` file
+        holds (:func:`~arlgym.envs.tir_math.problems.without_held_out`), so a dataset whose
+        train file repeats test questions cannot train on them. A single file serves every
+        split: nothing is held out then, by the caller's choice.
+        """
         assert self.data_path is not None
         if split not in self._datasets:
             path = self.data_path
@@ -211,7 +218,20 @@ class TIRMathEnv(AgentEnv):
                 if not found:
                     raise ConfigError(f"{path} has no {split}.jsonl/.json/.parquet file")
                 path = found[0]
-            self._datasets[split] = load_problems(path)
+            problems = load_problems(path)
+            if split == "train" and self.data_path.is_dir():
+                held_out = [p for s in ("val", "test")
+                            if any((self.data_path / f"{s}{x}").is_file() for x in _DATA_SUFFIXES)
+                            for p in self._dataset(s)]
+                kept = without_held_out(problems, held_out)
+                if not kept:
+                    raise ConfigError(f"every problem of {path} is also in the val/test files of "
+                                      f"{self.data_path}; give a train file with other problems")
+                if len(kept) < len(problems):
+                    _log.info("TIR train data %s: %d of %d problems dropped, their content is in "
+                              "val/test", path, len(problems) - len(kept), len(problems))
+                problems = kept
+            self._datasets[split] = problems
         return self._datasets[split]
 
     def _problem_for(self, task_id: str, split: str | None = None) -> MathProblem:
