@@ -49,6 +49,7 @@ from arlgym.envs.tir_math.problems import (
     MathProblem,
     generate_problem,
     load_problems,
+    panel_seeds,
     without_held_out,
 )
 from arlgym.envs.tir_math.sandbox import PythonSandbox
@@ -289,14 +290,14 @@ class TIRMathEnv(AgentEnv):
                         task_type=self.problem.family, description=self.problem.question)
 
     def list_tasks(self, split: str = "test", limit: int | None = None) -> list[str]:
-        """Generated: consecutive seeds from the split's start (``limit`` default 500);
-        official data: the split file's problem ids."""
+        """Generated: the split's first ``limit`` (default 500) seeds with pairwise different
+        problems (:func:`~arlgym.envs.tir_math.problems.panel_seeds`); official data: the
+        split file's problem ids."""
         split = self._split_name(split)
         if self.data_path is not None:
             ids = [p.problem_id for p in self._dataset(split)]
             return ids if limit is None else ids[:limit]
-        low, _ = SPLIT_SEED_RANGES[split]
-        return [f"tir-{low + k}" for k in range(500 if limit is None else limit)]
+        return [f"tir-{s}" for s in panel_seeds(split, 500 if limit is None else limit, self.families)]
 
     # ------------------------------------------------------------------ parsing
     def _parse(self, response: str) -> ParsedResponse:

@@ -14,7 +14,8 @@ train seeds). So every problem has a content key (:func:`problem_content_key`: f
 numbers, order ignored) and the key's hash picks its one split (:func:`content_split`: 10 % test,
 10 % val, 80 % train); seed ``s`` of a split's seed range draws until it gets a problem of that
 split. A task id ``tir-<seed>`` keeps naming the same split, and no seed of any split can produce
-a question another split holds.
+a question another split holds. A held-out panel (``list_tasks``) takes each question once
+(:func:`panel_seeds`).
 
 **Official data.** ``load_problems(path)`` reads ``.jsonl``, ``.json`` (a list) or ``.parquet``
 records — SimpleRL's math level 3–5 (ARLArena's training set), AIME24/25, MATH, DAPO-Math — taking
@@ -42,7 +43,7 @@ from arlgym.errors import ConfigError
 
 __all__ = ["MathProblem", "FAMILIES", "generate_problem", "load_problems", "SPLIT_SEED_RANGES",
            "CONTENT_SPLIT_FRACTIONS", "problem_content_key", "content_split", "split_of_seed",
-           "without_held_out"]
+           "without_held_out", "panel_seeds"]
 
 #: Problem-seed ranges per split. A seed names its split; what keeps the splits' *questions*
 #: apart is :func:`content_split`, which :func:`generate_problem` enforces.
@@ -249,6 +250,28 @@ def generate_problem(seed: int, families: tuple[str, ...] | None = None) -> Math
             return MathProblem(f"tir-{seed}", question, answer, family, code)
     raise ConfigError(f"families={list(names)} drew no {split} problem in {_MAX_DRAWS} tries for "
                       f"seed {seed}; add families (see FAMILIES) so the {split} split is not empty")
+
+
+#: (split, families) -> [seeds of the panel so far, next seed to look at, content keys seen]
+_PANELS: dict[tuple[str, tuple[str, ...] | None], tuple[list[int], list[int], set[str]]] = {}
+
+
+def panel_seeds(split: str, limit: int, families: tuple[str, ...] | None = None) -> list[int]:
+    """The first ``limit`` seeds of ``split``'s range whose problems are pairwise different
+    (by :func:`problem_content_key`): a panel weighs each question once, although small
+    families repeat their few questions (a split owns ~7 of the 68 factorial questions).
+    Grown on demand and kept for the process."""
+    seeds, cursor, seen = _PANELS.setdefault((split, families),
+                                             ([], [SPLIT_SEED_RANGES[split][0]], set()))
+    high = SPLIT_SEED_RANGES[split][1]
+    while len(seeds) < limit and cursor[0] < high:
+        problem = generate_problem(cursor[0], families)
+        key = problem_content_key(problem.question, problem.family)
+        if key not in seen:
+            seen.add(key)
+            seeds.append(cursor[0])
+        cursor[0] += 1
+    return seeds[:limit]
 
 
 def without_held_out(train: list[MathProblem], held_out: list[MathProblem]) -> list[MathProblem]:
