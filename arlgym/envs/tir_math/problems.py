@@ -252,25 +252,32 @@ def generate_problem(seed: int, families: tuple[str, ...] | None = None) -> Math
                       f"seed {seed}; add families (see FAMILIES) so the {split} split is not empty")
 
 
-#: (split, families) -> [seeds of the panel so far, next seed to look at, content keys seen]
+#: (split, families) -> [seeds of the panel so far, [next seed to look at, repeats in a row],
+#: content keys seen]
 _PANELS: dict[tuple[str, tuple[str, ...] | None], tuple[list[int], list[int], set[str]]] = {}
+#: Seeds in a row that only repeat questions before a panel counts its split as exhausted.
+_PANEL_MAX_REPEATS = 500
 
 
 def panel_seeds(split: str, limit: int, families: tuple[str, ...] | None = None) -> list[int]:
     """The first ``limit`` seeds of ``split``'s range whose problems are pairwise different
     (by :func:`problem_content_key`): a panel weighs each question once, although small
     families repeat their few questions (a split owns ~7 of the 68 factorial questions).
-    Grown on demand and kept for the process."""
-    seeds, cursor, seen = _PANELS.setdefault((split, families),
-                                             ([], [SPLIT_SEED_RANGES[split][0]], set()))
+    Fewer than ``limit`` when the families run out of new questions (``_PANEL_MAX_REPEATS``
+    seeds in a row without one). Grown on demand and kept for the process."""
+    seeds, state, seen = _PANELS.setdefault((split, families),
+                                            ([], [SPLIT_SEED_RANGES[split][0], 0], set()))
     high = SPLIT_SEED_RANGES[split][1]
-    while len(seeds) < limit and cursor[0] < high:
-        problem = generate_problem(cursor[0], families)
+    while len(seeds) < limit and state[0] < high and state[1] < _PANEL_MAX_REPEATS:
+        problem = generate_problem(state[0], families)
         key = problem_content_key(problem.question, problem.family)
-        if key not in seen:
+        if key in seen:
+            state[1] += 1
+        else:
             seen.add(key)
-            seeds.append(cursor[0])
-        cursor[0] += 1
+            seeds.append(state[0])
+            state[1] = 0
+        state[0] += 1
     return seeds[:limit]
 
 
