@@ -17,8 +17,8 @@ cached on disk (:func:`~arlgym.envs.webshop.search.shared_index`).
 Splits over the goal list (shuffled with WebShop's fixed seed 233, so they are the same in every
 process): ``test`` = the first 500 goals (WebShop / verl-agent), ``val`` = the next 100,
 ``train`` = the rest less every goal that shares a request or a target product with a test or
-val goal (:mod:`~arlgym.envs.webshop.splits`). The anchor hashes the page state: goal, page, query, result page, item,
-chosen options, tab.
+val goal (:mod:`~arlgym.envs.webshop.splits`). The anchor hashes the page state: goal, page,
+query, result page, item, chosen options, tab.
 """
 
 from __future__ import annotations
@@ -129,7 +129,7 @@ class WebShopEnv(AgentEnv):
         else:
             split = options.get("split", "train")
             low, high = split_range(split, len(goals))
-            if high > low and split == "train":
+            if split == "train":  # raises ConfigError, naming the fix, when nothing is left
                 index = self.held_out.draw_train(self.catalog, self.np_random)
             else:
                 index = int(self.np_random.integers(low, high))

@@ -34,6 +34,7 @@ from arlgym.envs.tir_math.problems import (
 )
 from arlgym.envs.webshop.env import WebShopEnv, load_shop
 from arlgym.envs.webshop.splits import HeldOutGoals, goal_content_key, split_range
+from arlgym.errors import ConfigError
 
 
 def test_count_overlap_counts_held_out_items_with_a_train_key():
@@ -106,6 +107,14 @@ def test_webshop_env_train_draws_and_list_avoid_held_out_goals():
         _, info = env.reset(seed=seed, options={"split": "train"})
         index = int(info["task_id"].split("-")[1])
         assert index >= 600 and not held.overlaps(env.catalog.goals[index])
+    env.close()
+
+
+def test_webshop_tiny_catalog_without_train_goals_says_so():
+    env = WebShopEnv(num_products=5)  # 10 goals: 5 test, 1 val, and 4 that buy their products
+    with pytest.raises(ConfigError, match="no WebShop train goal left.*num_products="):
+        env.reset(seed=0, options={"split": "train"})
+    assert env.list_tasks("train") == []
     env.close()
 
 
