@@ -16,7 +16,11 @@ three numbers (``numpy.random.default_rng([seed, split_code, index])``), so a ta
 Splits follow ALFWorld's scene protocol: ``train`` and ``eval_in_distribution`` (``valid_seen``)
 draw from ALFWorld's train scenes with disjoint seed streams (held-out problems in seen rooms);
 ``eval_out_of_distribution`` (``valid_unseen``) uses only ALFWorld's unseen scenes, FloorPlan
-10, 219, 308 and 424 (:data:`.catalog.UNSEEN_SCENE_NUMBERS`), which train never uses.
+10, 219, 308 and 424 (:data:`.catalog.UNSEEN_SCENE_NUMBERS`), which train never uses. A game is
+the same game as another when :func:`game_content_key` agrees (task, scene, task text and where
+every object starts, object numbering and THOR coordinates ignored); seen-scene games share
+their scene and often their goal with train games, by ALFWorld's design, but not their layout:
+every game draws 1..3 copies of each of the scene's object types into random receptacles.
 
 Scenes are as dense as ALFRED makes them: every receptacle instance the floor plan ships, every
 pickup type of the floor plan placed (1..3 copies, the goal object 1..4, 2..4 for pick-two:
@@ -67,6 +71,7 @@ __all__ = [
     "domain_text",
     "grammar_template",
     "problem_key",
+    "game_content_key",
 ]
 
 #: Bump when the generated problems change, so on-disk caches are not reused.
@@ -158,6 +163,11 @@ class GeneratedGame:
         }
 
     @property
+    def content_key(self) -> str:
+        """:func:`game_content_key` of this game."""
+        return game_content_key(self.task_type, self.floor_plan, self.task_text, self.pddl_problem)
+
+    @property
     def dirname(self) -> str:
         """ALFWorld's folder naming: ``<type>-<obj>-<mrecep>-<recep>-<scene>/trial_<id>``."""
         p = self.pddl_params
@@ -200,6 +210,30 @@ def _tokens(line: str) -> list[str]:
 def problem_key(pddl_problem: str) -> str:
     """Identity of a problem's content (initial state + goal), independent of its name."""
     body = pddl_problem.split("(:domain", 1)[-1]
+    return hashlib.blake2b(body.encode(), digest_size=16).hexdigest()
+
+
+def game_content_key(task_type: str, scene: str, task_text: str, pddl_problem: str) -> str:
+    """Identity of a game as the agent meets it, for auditing splits.
+
+    The task type, scene, task text, and the multiset of (object type, receptacle) pairs the
+    problem starts with. Object ids (THOR coordinates, hence the numbering ``apple 2``) are
+    left out, so two games that differ only by renaming share a key; works on generated and
+    on ALFWorld's own problems (both state ``objectType`` and ``inReceptacle`` facts).
+    """
+    types: dict[str, str] = {}
+    holders: dict[str, str] = {}
+    for line in pddl_problem.splitlines():
+        line = line.strip()
+        if line.startswith("(objectType "):
+            words = _tokens(line)
+            types[words[1]] = words[2]
+        elif line.startswith("(inReceptacle "):
+            words = _tokens(line)
+            holders[words[1]] = words[2]
+    layout = sorted(f"{types.get(o, '?')}@{r}" for o, r in holders.items())
+    text = " ".join(task_text.lower().split())
+    body = json.dumps([task_type, scene, text, layout])
     return hashlib.blake2b(body.encode(), digest_size=16).hexdigest()
 
 

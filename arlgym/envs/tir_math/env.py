@@ -49,6 +49,8 @@ from arlgym.envs.tir_math.problems import (
     MathProblem,
     generate_problem,
     load_problems,
+    panel_seeds,
+    without_held_out,
 )
 from arlgym.envs.tir_math.sandbox import PythonSandbox
 from arlgym.errors import ConfigError, TaskNotFound
@@ -201,7 +203,13 @@ class TIRMathEnv(AgentEnv):
         return split
 
     def _dataset(self, split: str) -> list[MathProblem]:
-        """The official problems of ``split`` (loaded once per env)."""
+        """The official problems of ``split`` (loaded once per env).
+
+        From a folder, ``train`` drops every problem whose content a ``val`` or ``test`` file
+        holds (:func:`~arlgym.envs.tir_math.problems.without_held_out`), so a dataset whose
+        train file repeats test questions cannot train on them. A single file serves every
+        split: nothing is held out then, by the caller's choice.
+        """
         assert self.data_path is not None
         if split not in self._datasets:
             path = self.data_path
@@ -211,7 +219,20 @@ class TIRMathEnv(AgentEnv):
                 if not found:
                     raise ConfigError(f"{path} has no {split}.jsonl/.json/.parquet file")
                 path = found[0]
-            self._datasets[split] = load_problems(path)
+            problems = load_problems(path)
+            if split == "train" and self.data_path.is_dir():
+                held_out = [p for s in ("val", "test")
+                            if any((self.data_path / f"{s}{x}").is_file() for x in _DATA_SUFFIXES)
+                            for p in self._dataset(s)]
+                kept = without_held_out(problems, held_out)
+                if not kept:
+                    raise ConfigError(f"every problem of {path} is also in the val/test files of "
+                                      f"{self.data_path}; give a train file with other problems")
+                if len(kept) < len(problems):
+                    _log.info("TIR train data %s: %d of %d problems dropped, their content is in "
+                              "val/test", path, len(problems) - len(kept), len(problems))
+                problems = kept
+            self._datasets[split] = problems
         return self._datasets[split]
 
     def _problem_for(self, task_id: str, split: str | None = None) -> MathProblem:
@@ -269,14 +290,14 @@ class TIRMathEnv(AgentEnv):
                         task_type=self.problem.family, description=self.problem.question)
 
     def list_tasks(self, split: str = "test", limit: int | None = None) -> list[str]:
-        """Generated: consecutive seeds from the split's start (``limit`` default 500);
-        official data: the split file's problem ids."""
+        """Generated: the split's first ``limit`` (default 500) seeds with pairwise different
+        problems (:func:`~arlgym.envs.tir_math.problems.panel_seeds`); official data: the
+        split file's problem ids."""
         split = self._split_name(split)
         if self.data_path is not None:
             ids = [p.problem_id for p in self._dataset(split)]
             return ids if limit is None else ids[:limit]
-        low, _ = SPLIT_SEED_RANGES[split]
-        return [f"tir-{low + k}" for k in range(500 if limit is None else limit)]
+        return [f"tir-{s}" for s in panel_seeds(split, 500 if limit is None else limit, self.families)]
 
     # ------------------------------------------------------------------ parsing
     def _parse(self, response: str) -> ParsedResponse:

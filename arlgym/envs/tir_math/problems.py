@@ -5,7 +5,17 @@ tedious by hand and easy with a few lines of Python (divisor sums, modular power
 exclusion counts, digit sums of factorials, …) — the regime where tool use pays off. Problem
 ``tir-<seed>`` is drawn from ``numpy.random.default_rng(seed)``: the family, its parameters, the
 exact reference answer (computed here, in integers or fractions) and a reference solution script
-(used by the expert policy). Seed ranges per split are disjoint, as for Sokoban.
+(used by the expert policy).
+
+**Splits are disjoint by content, not only by seed.** The families' parameter spaces are small
+enough (68 factorial questions, ~500 committee questions) that disjoint seed ranges alone put most
+test questions in train too (159 of the first 500 test problems recur among the first 100,000
+train seeds). So every problem has a content key (:func:`problem_content_key`: family + its
+numbers, order ignored) and the key's hash picks its one split (:func:`content_split`: 10 % test,
+10 % val, 80 % train); seed ``s`` of a split's seed range draws until it gets a problem of that
+split. A task id ``tir-<seed>`` keeps naming the same split, and no seed of any split can produce
+a question another split holds. A held-out panel (``list_tasks``) takes each question once
+(:func:`panel_seeds`).
 
 **Official data.** ``load_problems(path)`` reads ``.jsonl``, ``.json`` (a list) or ``.parquet``
 records — SimpleRL's math level 3–5 (ARLArena's training set), AIME24/25, MATH, DAPO-Math — taking
@@ -16,8 +26,10 @@ and the answer from ``answer``/``gt_answer``/``ground_truth``/``final_answer``/
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
@@ -29,14 +41,22 @@ import numpy as np
 from arlgym.envs.tir_math.answers import extract_boxed
 from arlgym.errors import ConfigError
 
-__all__ = ["MathProblem", "FAMILIES", "generate_problem", "load_problems", "SPLIT_SEED_RANGES"]
+__all__ = ["MathProblem", "FAMILIES", "generate_problem", "load_problems", "SPLIT_SEED_RANGES",
+           "CONTENT_SPLIT_FRACTIONS", "problem_content_key", "content_split", "split_of_seed",
+           "without_held_out", "panel_seeds"]
 
-#: Problem-seed ranges per split; disjoint, so held-out problems are never trained on.
+#: Problem-seed ranges per split. A seed names its split; what keeps the splits' *questions*
+#: apart is :func:`content_split`, which :func:`generate_problem` enforces.
 SPLIT_SEED_RANGES: dict[str, tuple[int, int]] = {
     "train": (0, 2**30),
     "test": (2**30, 2**31),
     "val": (2**31, 2**31 + 2**30),
 }
+#: Share of the content-key space each split owns (held-out splits small, as usual).
+CONTENT_SPLIT_FRACTIONS: dict[str, float] = {"test": 0.1, "val": 0.1, "train": 0.8}
+#: Draws one seed may make before its split is declared empty for the chosen families.
+_MAX_DRAWS = 2000
+_NUMBER = re.compile(r"-?\d+(?:,\d{3})*(?:\.\d+)?")
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,13 +191,101 @@ FAMILIES: dict[str, Callable[[np.random.Generator], tuple[str, str, str]]] = {
 }
 
 
+def _number_text(match: re.Match[str]) -> str:
+    """``1,000`` -> ``1000``, ``2.50`` -> ``2.5``, ``3.0`` -> ``3``: one spelling per number."""
+    text = match.group(0).replace(",", "")
+    if "." in text:
+        text = text.rstrip("0").rstrip(".")
+    return "0" if text in ("-0", "") else text
+
+
+def problem_content_key(question: str, family: str = "dataset") -> str:
+    """What makes two problems the same problem, for keeping splits apart.
+
+    Generated families: the family and the multiset of numbers in the question, so a question
+    whose parameters are a permutation of another's (``divisible by 3 or by 5`` vs ``by 5 or by
+    3``, two equations swapped) shares its key; deliberately coarse, since a coarser key can only
+    make the splits more disjoint. Dataset problems: the text lower-cased, whitespace collapsed
+    and numbers spelled one way (``1,000`` = ``1000``, ``2.50`` = ``2.5``).
+    """
+    if family in FAMILIES:
+        numbers = sorted(int(_number_text(m)) for m in _NUMBER.finditer(question))
+        return f"{family}:{','.join(map(str, numbers))}"
+    return " ".join(_NUMBER.sub(_number_text, question.lower()).split())
+
+
+def content_split(key: str) -> str:
+    """The one split that owns content ``key``: a hash of the key against
+    :data:`CONTENT_SPLIT_FRACTIONS`, the same on every machine."""
+    u = int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "big") / 2**64
+    edge = 0.0
+    for split, fraction in CONTENT_SPLIT_FRACTIONS.items():
+        edge += fraction
+        if u < edge:
+            return split
+    return "train"
+
+
+def split_of_seed(seed: int) -> str | None:
+    """The split whose seed range holds ``seed`` (``None`` outside every range)."""
+    return next((s for s, (lo, hi) in SPLIT_SEED_RANGES.items() if lo <= seed < hi), None)
+
+
 def generate_problem(seed: int, families: tuple[str, ...] | None = None) -> MathProblem:
-    """Problem ``tir-<seed>``: the same question and answer for a seed, on every machine."""
+    """Problem ``tir-<seed>``: the same question and answer for a seed, on every machine.
+
+    Draws from ``default_rng(seed)`` until the problem's content belongs to the seed's split
+    (:func:`content_split`); a seed outside every split range takes its first draw.
+
+    Raises:
+        ConfigError: ``families`` has no problem owned by the seed's split.
+    """
     names = tuple(FAMILIES) if families is None else families
     rng = np.random.default_rng(seed)
-    family = names[int(rng.integers(len(names)))]
-    question, answer, code = FAMILIES[family](rng)
-    return MathProblem(f"tir-{seed}", question, answer, family, code)
+    split = split_of_seed(int(seed))
+    for _ in range(_MAX_DRAWS):
+        family = names[int(rng.integers(len(names)))]
+        question, answer, code = FAMILIES[family](rng)
+        if split is None or content_split(problem_content_key(question, family)) == split:
+            return MathProblem(f"tir-{seed}", question, answer, family, code)
+    raise ConfigError(f"families={list(names)} drew no {split} problem in {_MAX_DRAWS} tries for "
+                      f"seed {seed}; add families (see FAMILIES) so the {split} split is not empty")
+
+
+#: (split, families) -> [seeds of the panel so far, [next seed to look at, repeats in a row],
+#: content keys seen]
+_PANELS: dict[tuple[str, tuple[str, ...] | None], tuple[list[int], list[int], set[str]]] = {}
+#: Seeds in a row that only repeat questions before a panel counts its split as exhausted.
+_PANEL_MAX_REPEATS = 500
+
+
+def panel_seeds(split: str, limit: int, families: tuple[str, ...] | None = None) -> list[int]:
+    """The first ``limit`` seeds of ``split``'s range whose problems are pairwise different
+    (by :func:`problem_content_key`): a panel weighs each question once, although small
+    families repeat their few questions (a split owns ~7 of the 68 factorial questions).
+    Fewer than ``limit`` when the families run out of new questions (``_PANEL_MAX_REPEATS``
+    seeds in a row without one). Grown on demand and kept for the process."""
+    seeds, state, seen = _PANELS.setdefault((split, families),
+                                            ([], [SPLIT_SEED_RANGES[split][0], 0], set()))
+    high = SPLIT_SEED_RANGES[split][1]
+    while len(seeds) < limit and state[0] < high and state[1] < _PANEL_MAX_REPEATS:
+        problem = generate_problem(state[0], families)
+        key = problem_content_key(problem.question, problem.family)
+        if key in seen:
+            state[1] += 1
+        else:
+            seen.add(key)
+            seeds.append(state[0])
+            state[1] = 0
+        state[0] += 1
+    return seeds[:limit]
+
+
+def without_held_out(train: list[MathProblem], held_out: list[MathProblem]) -> list[MathProblem]:
+    """``train`` less every problem whose content key (:func:`problem_content_key`) a held-out
+    problem has: a dataset's own train file may repeat its test questions."""
+    seen = {problem_content_key(p.question, p.family) for p in held_out}
+    return [p for p in train if problem_content_key(p.question, p.family) not in seen]
 
 
 # ---------------------------------------------------------------------------- official data

@@ -16,8 +16,9 @@ cached on disk (:func:`~arlgym.envs.webshop.search.shared_index`).
 
 Splits over the goal list (shuffled with WebShop's fixed seed 233, so they are the same in every
 process): ``test`` = the first 500 goals (WebShop / verl-agent), ``val`` = the next 100,
-``train`` = the rest. The anchor hashes the page state: goal, page, query, result page, item,
-chosen options, tab.
+``train`` = the rest less every goal that shares a request or a target product with a test or
+val goal (:mod:`~arlgym.envs.webshop.splits`). The anchor hashes the page state: goal, page,
+query, result page, item, chosen options, tab.
 """
 
 from __future__ import annotations
@@ -40,13 +41,12 @@ from arlgym.envs.webshop.catalog import (
 from arlgym.envs.webshop.engine import RESULTS_PER_PAGE, ShopSession, parse_shop_action
 from arlgym.envs.webshop.reward import token_set_ratio
 from arlgym.envs.webshop.search import ProductIndex, shared_index
+from arlgym.envs.webshop.splits import HeldOutGoals, split_range
 from arlgym.errors import ConfigError, TaskNotFound
 
 __all__ = ["WebShopEnv", "REWARD_WIN", "split_range", "load_shop"]
 
 REWARD_WIN = 10.0
-_TEST_GOALS, _VAL_GOALS = 500, 100
-_SPLIT_ALIASES = {"eval": "test", "validation": "val", "valid": "val"}
 _TASK_ID = re.compile(r"^goal-(\d+)$")
 _OFFICIAL_FILES = (("items_shuffle_1000.json", "items_ins_v2_1000.json"),
                    ("items_shuffle.json", "items_ins_v2.json"))
@@ -89,17 +89,6 @@ def load_shop(data_dir: str | Path | None, num_products: int = 1000, catalog_see
     return catalog, shared_index(catalog)
 
 
-def split_range(split: str, num_goals: int) -> tuple[int, int]:
-    """Goal indices ``[low, high)`` of ``split``."""
-    split = _SPLIT_ALIASES.get(split, split)
-    test_end = min(_TEST_GOALS, num_goals // 2)
-    val_end = min(test_end + _VAL_GOALS, test_end + (num_goals - test_end) // 4)
-    ranges = {"test": (0, test_end), "val": (test_end, val_end), "train": (val_end, num_goals)}
-    if split not in ranges:
-        raise ConfigError(f"unknown split {split!r}; choose one of {sorted(ranges)}")
-    return ranges[split]
-
-
 class WebShopEnv(AgentEnv):
     """Text WebShop; see the module docstring.
 
@@ -124,6 +113,7 @@ class WebShopEnv(AgentEnv):
         super().__init__(max_steps=max_steps, **kwargs)
         self.catalog, self.index = load_shop(data_dir, num_products, catalog_seed, goal_source)
         self.session: ShopSession | None = None
+        self._held_out: HeldOutGoals | None = None
         self._last_score = 0.0
         self._searches = 0
 
@@ -137,8 +127,12 @@ class WebShopEnv(AgentEnv):
                                    f"with n < {len(goals)}")
             index = int(match.group(1))
         else:
-            low, high = split_range(options.get("split", "train"), len(goals))
-            index = int(self.np_random.integers(low, high))
+            split = options.get("split", "train")
+            low, high = split_range(split, len(goals))
+            if split == "train":  # raises ConfigError, naming the fix, when nothing is left
+                index = self.held_out.draw_train(self.catalog, self.np_random)
+            else:
+                index = int(self.np_random.integers(low, high))
         goal = goals[index]
         self.session = ShopSession(self.catalog, self.index, goal)
         self._last_score = 0.0
@@ -146,9 +140,21 @@ class WebShopEnv(AgentEnv):
         return TaskSpec(task_id=f"goal-{index}", observation=self.session.observation(),
                         task_type=goal.category, description=goal.instruction)
 
+    @property
+    def held_out(self) -> HeldOutGoals:
+        """The test and val goals' requests and products, which train goals must not share."""
+        if self._held_out is None:
+            self._held_out = HeldOutGoals.of(self.catalog)
+        return self._held_out
+
     def list_tasks(self, split: str = "test", limit: int | None = None) -> list[str]:
+        """Goal ids of ``split``; ``train`` lists only goals sharing nothing with test/val
+        (a scan of the train range: slow for a million-product catalog)."""
         low, high = split_range(split, len(self.catalog.goals))
-        ids = [f"goal-{i}" for i in range(low, high)]
+        if split == "train":
+            ids = [f"goal-{i}" for i in self.held_out.train_indices(self.catalog)]
+        else:
+            ids = [f"goal-{i}" for i in range(low, high)]
         return ids if limit is None else ids[:limit]
 
     # ------------------------------------------------------------------ hooks
