@@ -450,6 +450,8 @@ class ServeApp:
                                    "drop 'session_id' from the reset data")
             return {"type": "observation", "data": await self._reset(session, dict(data))}
         if kind == "step":
+            if data.get("type") in ("list_tools", "call_tool"):  # OpenEnv's MCP actions
+                return {"type": "observation", "data": await self.mcp.step_action(session, data)}
             return {"type": "observation", "data": await self._step(session, data)}
         if kind == "expert":
             return {"type": "expert", "data": await self._expert(session, data)}
@@ -506,13 +508,14 @@ class ServeApp:
                                f"response text (a string), got {type(text).__name__}")
         async with session.lock:
             if not session.live or session.sid not in self.sessions:
-                raise RequestError(409, "SESSION_ERROR", "no episode to step: send reset first"
+                raise RequestError(409, "SESSION_ERROR", "no episode to step: send reset first "
+                                   "(MCP: call the start_episode tool)"
                                    + ("" if session.env_id is None else
                                       f" (this session expired after ttl={self.config.ttl:g} s "
                                       "idle or its env was lost)"))
             if session.done:
                 raise RequestError(409, "SESSION_ERROR", "the episode has ended (done=true); "
-                                   "send reset to start the next one")
+                                   "send reset (MCP: call start_episode) to start the next one")
             session.used = time.monotonic()
             result = await self._call(self.hosts[session.env_id], "step", session.sid, text,
                                       inline=session.env_id in self.config.inline_steps)

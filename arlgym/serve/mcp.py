@@ -156,6 +156,30 @@ class McpServer:
         answer = await self.call(request, session)
         return NO_REPLY if answer is None else answer
 
+    async def step_action(self, session: Session, action: dict[str, Any]) -> dict[str, Any]:
+        """OpenEnv's MCP actions sent as ``/ws`` steps (``ListToolsAction``,
+        ``CallToolAction``: its ``MCPToolClient`` outside production mode): the step result
+        whose observation is a ``ListToolsObservation`` or ``CallToolObservation``."""
+        if action["type"] == "list_tools":
+            _check_step_keys(action, ("type", "metadata"))
+            return {"observation": {"tools": TOOLS, "metadata": {}}, "reward": None,
+                    "done": False}
+        _check_step_keys(action, ("type", "tool_name", "arguments", "metadata"))
+        name = action.get("tool_name")
+        try:
+            result = await self._tools_call({"name": name, "arguments": action.get(
+                "arguments") or {}}, session, standard=False)
+        except RpcError as e:
+            kind = "tool_not_found" if e.message.startswith("Tool not found") else (
+                "invalid_args" if e.code == INVALID_PARAMS else "execution_error")
+            return {"observation": {"tool_name": name, "result": None, "metadata": {},
+                                    "error": {"error_type": kind, "message": e.message}},
+                    "reward": None, "done": session.done}
+        step = result["data"]
+        return {"observation": {"tool_name": name, "result": result, "error": None,
+                                "metadata": step["metadata"]},
+                "reward": step["reward"], "done": step["done"], "metadata": step["metadata"]}
+
     # ------------------------------------------------------------------ JSON-RPC
     async def call(self, request: Any, bound: Session | None = None, *,
                    standard: bool = False) -> dict[str, Any] | None:
@@ -297,6 +321,12 @@ class McpServer:
             if standard:  # MCP: the model sees the refusal and can recover
                 return {"content": [{"type": "text", "text": err.message}], "isError": True}
             raise err from None
+
+
+def _check_step_keys(action: dict[str, Any], allowed: tuple[str, ...]) -> None:
+    from arlgym.serve.app import _check_keys
+
+    _check_keys(action, allowed, f"the {action['type']!r} action")
 
 
 def _check_args(arguments: dict[str, Any], allowed: tuple[str, ...], tool: str) -> None:
