@@ -31,10 +31,10 @@ With ``server="http://host:8000"`` the episodes run on an ``arlgym serve`` serve
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["ArlgymTRLEnv", "environment_factory", "seed_dataset"]
+__all__ = ["ArlgymTRLEnv", "EnvironmentFactory", "environment_factory", "seed_dataset"]
 
 
 class ArlgymTRLEnv:
@@ -111,10 +111,26 @@ class ArlgymTRLEnv:
         return text
 
 
+@dataclass(frozen=True)
+class EnvironmentFactory:
+    """A picklable zero-argument factory of :class:`ArlgymTRLEnv`: TRL's ``AsyncGRPOTrainer``
+    sends ``environment_factory`` to its rollout worker, a spawned process, by pickling it (a
+    closure cannot be pickled)."""
+
+    env_id: str
+    env_kwargs: dict[str, Any] | None = None
+    server: str | None = None
+    token: str | None = None
+
+    def __call__(self) -> ArlgymTRLEnv:
+        return ArlgymTRLEnv(self.env_id, self.env_kwargs, server=self.server, token=self.token)
+
+
 def environment_factory(env_id: str, env_kwargs: dict[str, Any] | None = None, *,
                         server: str | None = None,
-                        token: str | None = None) -> Callable[[], ArlgymTRLEnv]:
-    """A zero-argument factory for ``GRPOTrainer(environment_factory=...)``."""
+                        token: str | None = None) -> EnvironmentFactory:
+    """A zero-argument, picklable factory for ``GRPOTrainer(environment_factory=...)`` and
+    ``AsyncGRPOTrainer`` (whose rollout worker runs in a spawned process)."""
     import gymnasium as gym
 
     import arlgym  # noqa: F401
@@ -122,11 +138,8 @@ def environment_factory(env_id: str, env_kwargs: dict[str, Any] | None = None, *
 
     if env_id not in gym.registry:
         raise ConfigError(f"environment_factory: unknown env id {env_id!r}; see `arlgym envs`")
-
-    def make() -> ArlgymTRLEnv:
-        return ArlgymTRLEnv(env_id, env_kwargs, server=server, token=token)
-
-    return make
+    return EnvironmentFactory(env_id, None if env_kwargs is None else dict(env_kwargs),
+                              server=server, token=token)
 
 
 def seed_dataset(n: int, start: int = 0, instruction: str = "Solve the task with the act tool. "
