@@ -1,6 +1,7 @@
 """The env server's ASGI app: OpenEnv's protocol over many sessions of arlgym envs.
 
-Routes (OpenEnv's, so its ``GenericEnvClient`` works unchanged, plus ``/envs`` and ``/close``):
+Routes (OpenEnv 0.10's, so its ``GenericEnvClient``, ``MCPToolClient`` and ``openenv validate``
+work unchanged, plus ``/envs``, ``/tasks`` and ``/close``):
 
 ==================  =========================================================================
 ``GET /health``     ``{"status": "healthy", "sessions": n, "max_sessions": m, "resets": r,
@@ -14,10 +15,20 @@ Routes (OpenEnv's, so its ``GenericEnvClient`` works unchanged, plus ``/envs`` a
 ``POST /step``      ``{"session_id": …, "action": {"response": "<LLM text>"}}``
 ``GET /state``      ``?session_id=…``: episode id, step count, env, seed, task id, done
 ``POST /close``     ``{"session_id": …}``: free an HTTP session now (else it expires)
-``WS /ws``          one session per connection: OpenEnv's ``reset``/``step``/``state``/``close``,
-                    and arlgym's ``expert`` (``{"policy": "expert" | "teacher"}``: the env's
-                    scripted answer for the current state, for the expert/greedy policies)
+``GET /openapi.json``
+                    the HTTP routes of the mode (``openenv validate`` reads the mode there)
+``POST /mcp``       MCP JSON-RPC (:mod:`arlgym.serve.mcp`): OpenEnv's ``tools/list``,
+                    ``tools/call``, ``openenv/session/create|close``; streamable HTTP
+                    (``initialize``, ``Mcp-Session-Id``; ``DELETE`` ends the session)
+``WS /ws``          one session per connection (``?session_id=``: attach to an HTTP session):
+                    OpenEnv's ``reset``/``step``/``state``/``close``/``mcp``, and arlgym's
+                    ``expert`` (``{"policy": "expert" | "teacher"}``: the env's scripted answer
+                    for the current state, for the expert/greedy policies)
+``WS /mcp``         MCP JSON-RPC on the connection's own session
 ==================  =========================================================================
+
+``mode="production"`` (OpenEnv's production mode) does not serve ``POST /reset``,
+``POST /step`` and ``GET /state``; a WebSocket to any other path is answered 404.
 
 Reset data: ``seed`` (int >= 0; the same task as ``gymnasium.make(id).reset(seed=seed)``),
 ``env`` (a hosted id; default the first), ``task_id``, ``split``, ``options`` (env-specific
