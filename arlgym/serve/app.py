@@ -326,6 +326,9 @@ class ServeApp:
         if path == "/close":
             _check_keys(data, ("session_id",), "/close body")
             session = self._http_session(data.get("session_id"))
+            if session.attached:  # its WebSocket (?session_id=) closes it when it goes
+                session.close_pending = True
+                return {"closed": session.sid, "closing": True}
             async with session.lock:
                 self._drop(session, close_env=True)
             return {"closed": session.sid}

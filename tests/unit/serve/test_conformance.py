@@ -19,6 +19,16 @@ import arlgym
 from arlgym.serve.server import EnvServer
 
 
+def gone(srv: EnvServer, sid: str) -> bool:
+    """Whether the server dropped session ``sid`` (within 10 s: it handles closes async)."""
+    import time
+
+    deadline = time.monotonic() + 10
+    while sid in srv.app.sessions and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return sid not in srv.app.sessions
+
+
 def http(url: str, path: str, body: Any = None, method: str | None = None) -> tuple[int, Any]:
     data = None if body is None else json.dumps(body).encode()
     req = urllib.request.Request(url + path, data=data, method=method,
@@ -127,6 +137,14 @@ def test_ws_session_id_attaches_to_an_http_session(server):
         with connect(ws_url(server) + f"?session_id={sid}") as second:
             err = json.loads(second.recv(timeout=10))
             assert err["type"] == "error" and "already has an attached" in err["data"]["message"]
+        # closing an attached session over HTTP waits for its socket
+        _, other = http(server.url, "/reset", {"seed": 1})
+        osid = other["observation"]["session_id"]
+        with connect(ws_url(server) + f"?session_id={osid}") as ws2:
+            assert http(server.url, "/close", {"session_id": osid}) == (
+                200, {"closed": osid, "closing": True})
+            assert ask(ws2, {"type": "state"})["data"]["session_id"] == osid
+        assert gone(server, osid)  # the server handles the socket's close on its own time
     status, state = http(server.url, f"/state?session_id={sid}")
     assert status == 200 and state["step_count"] == 1  # the session outlived its socket
     obs, *_ = env.step(text)
