@@ -14,6 +14,10 @@ during generation, and scores the rollout with ``get_reward()``. Here:
 * ``get_reward()`` is the episode's summed env reward (task reward; 0 when the model never
   acted).
 
+Vision envs (SokobanVision): ``reset`` and ``act`` return TRL's content blocks, the frame as
+an image block (a PIL image of the env's exact array) before the text, so a VLM trained
+through TRL sees what the env renders; text envs return plain text.
+
 What does not carry over: the ``<think>/<action>`` text format is replaced by TRL's tool-call
 format, so the format penalty never applies (a malformed tool call is TRL's tool failure, which
 TRL logs); anchors (GiGPO) are in ``self.infos`` but TRL's GRPO has no use for them; the env's
@@ -58,15 +62,15 @@ class ArlgymTRLEnv:
         self.infos: list[dict[str, Any]] = []
 
     def reset(self, seed: int | None = None, task_id: str | None = None,
-              split: str | None = None, **row: Any) -> str:
+              split: str | None = None, **row: Any) -> str | list[dict[str, Any]]:
         """Start the row's task (TRL passes the dataset row; only these keys are read)."""
         options = {k: v for k, v in (("task_id", task_id), ("split", split)) if v is not None}
-        _, info = self._env.reset(seed=None if seed is None else int(seed),
-                                  options=options or None)
+        obs, info = self._env.reset(seed=None if seed is None else int(seed),
+                                    options=options or None)
         self.done, self.episode_return, self.infos = False, 0.0, [info]
-        return self._describe(info)
+        return _content(obs, self._describe(info))
 
-    def act(self, action: str) -> str:
+    def act(self, action: str) -> str | list[dict[str, Any]]:
         """Play one move in the environment.
 
         Args:
@@ -78,14 +82,14 @@ class ArlgymTRLEnv:
         """
         if self.done:
             raise RuntimeError("the episode is over; no more moves")
-        _, reward, terminated, truncated, info = self._env.step(
+        obs, reward, terminated, truncated, info = self._env.step(
             f"<think></think><action>{action}</action>")
         self.episode_return += float(reward)
         self.done = bool(terminated or truncated)
         self.infos.append(info)
         status = "episode over" + (" (solved)" if info.get("won") else "") if self.done else \
             "continue"
-        return f"{self._describe(info)}\nReward: {reward:g}. Status: {status}."
+        return _content(obs, f"{self._describe(info)}\nReward: {reward:g}. Status: {status}.")
 
     def get_reward(self) -> float:
         """The episode's summed env reward (TRL calls it once the rollout is complete)."""
@@ -109,6 +113,18 @@ class ArlgymTRLEnv:
         if actions:
             text += "\nAdmissible actions: " + ", ".join(actions)
         return text
+
+
+def _content(obs: Any, text: str) -> str | list[dict[str, Any]]:
+    """``text``, or for a vision env (``obs`` a dict with the frame) TRL's content blocks: the
+    frame as an image block, then the text. TRL passes a list returned by ``reset`` or a tool
+    through as a multimodal message and hands its images to the VLM's processor."""
+    if not isinstance(obs, dict) or "image" not in obs:
+        return text
+    from PIL import Image
+
+    return [{"type": "image", "image": Image.fromarray(obs["image"])},
+            {"type": "text", "text": text}]
 
 
 @dataclass(frozen=True)

@@ -102,3 +102,24 @@ def test_environment_factory_pickles_and_plays_in_a_spawned_process(remote):
     ref = gym.make("arl/Sokoban-v0")
     _, info = ref.reset(seed=5)
     assert expected[0].startswith(info["raw_observation"])
+
+
+@pytest.mark.parametrize("remote", [False, True])
+def test_vision_env_frames_reach_trl_as_image_blocks(remote):
+    """SokobanVision through the adapter: reset and act return TRL's content blocks, the
+    env's exact frame as an image, then the text (in process and over a server)."""
+    import numpy as np
+
+    ref = gym.make("arl/SokobanVision-v0")
+    obs, info = ref.reset(seed=4)
+    with EnvServer({"arl/SokobanVision-v0": {}}) as srv:
+        env = ArlgymTRLEnv("arl/SokobanVision-v0", server=srv.url if remote else None)
+        for k, blocks in enumerate((env.reset(seed=4), env.act("left"))):
+            if k == 1:
+                obs, _, _, _, info = ref.step("<think></think><action>left</action>")
+            image, text = blocks
+            assert image["type"] == "image" and text["type"] == "text"
+            np.testing.assert_array_equal(np.asarray(image["image"]), obs["image"])
+            assert text["text"].startswith(info["raw_observation"])
+        env._close()
+    assert isinstance(ArlgymTRLEnv("arl/Sokoban-v0").reset(seed=4), str)  # text envs: text
