@@ -117,7 +117,7 @@ class McpServer:
         bound = None
         if header_sid is not None:
             bound = self.app.sessions.get(header_sid)
-            if bound is None or bound.kind != "http":  # MCP: 404 tells the client to
+            if bound is None or bound.kind != "http":  # MCP: 404 says "initialize again"
                 return 404, _error(INVALID_REQUEST, "unknown or expired Mcp-Session-Id: "
                                    "initialize again"), []
         if method == "DELETE":  # streamable HTTP: the client ends its session
@@ -141,7 +141,7 @@ class McpServer:
             extra = [] if session is None else [(b"mcp-session-id", session.sid.encode())]
             return 200, answer, extra
         answer = await self.call(request, bound, standard=bound is not None)
-        if answer is None:  # a notification or a client's response: accepted, no body
+        if answer is None:  # a notification: accepted, no body
             return 202, None, []
         return 200, answer, []
 
@@ -265,7 +265,7 @@ class McpServer:
     def _session(self, sid: Any) -> Session:
         session = self.app.sessions.get(sid) if isinstance(sid, str) else None
         if session is None or session.kind != "http":  # a WebSocket's session stays its own
-            raise RpcError(INVALID_PARAMS, f"Unknown session_id: {str(sid)[:12]!s}… (create one "
+            raise RpcError(INVALID_PARAMS, f"Unknown session_id: {str(sid)[:12]}… (create one "
                            "with openenv/session/create; sessions expire after "
                            f"ttl={self.app.config.ttl:g} s idle)",
                            {"code": "SESSION_ERROR", "status": 404})

@@ -163,3 +163,18 @@ def test_a_websocket_session_cannot_be_attached(server):
         sid = ask(ws, {"type": "reset", "data": {"seed": 0}})["data"]["observation"]["session_id"]
         with connect(ws_url(server) + f"?session_id={sid}") as other:
             assert json.loads(other.recv(timeout=10))["data"]["code"] == "SESSION_ERROR"
+
+
+def test_cli_mode_flag(capsys):
+    import argparse
+
+    from arlgym.serve.cli import add_subparser
+
+    parser = argparse.ArgumentParser()
+    add_subparser(parser.add_subparsers())
+    args = parser.parse_args(["serve", "--env", "arl/Sokoban-v0", "--mode", "production"])
+    assert args.mode == "production"
+    assert parser.parse_args(["serve", "--env", "arl/Sokoban-v0"]).mode == "simulation"
+    with pytest.raises(SystemExit):
+        parser.parse_args(["serve", "--env", "arl/Sokoban-v0", "--mode", "prod"])
+    assert "invalid choice: 'prod'" in capsys.readouterr().err
