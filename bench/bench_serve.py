@@ -16,6 +16,11 @@
    step is robust to other jobs on the machine where a wall-clock rate is not, so the
    figure of two quiet cores is computed from it: the smaller of 1 core / server CPU per step
    (the server's Python holds one core at a time) and 2 cores / (server + client CPU per step).
+6. MCP (``--parts mcp``): the same Sokoban steps over ``/ws`` (OpenEnv's step message), as the ``act`` tool over ``WebSocket /mcp`` and over
+   ``POST /mcp`` (one keep-alive HTTP connection), interleaved; the p50 each path takes and
+   what MCP adds over the ``/ws`` step. Then a burst: ``--burst`` new sessions at once, each
+   connecting to ``/ws``, resetting and stepping once (p50/p99 from connect to the step's
+   answer; best of 3 bursts, each on a fresh server).
 4. ALFWorld rollouts of the expert policy through the rollout collector: a remote vector env on
    two servers (``--vec-workers`` env processes each) vs local worker processes (twice
    ``--vec-workers``, so both sides step the same number of env processes); both collectors
@@ -30,6 +35,7 @@ figure: the throughput is a lower bound of the server's.
     python bench/bench_serve.py --sessions 200 --seconds 3   # quicker
     python bench/bench_serve.py --parts vector       # only part 4
     python bench/bench_serve.py --parts cpu          # only part 5
+    python bench/bench_serve.py --parts mcp          # only part 6
 """
 
 from __future__ import annotations
@@ -127,6 +133,74 @@ def round_trip(url: str, env_id: str, steps: int, seed: int = 0) -> dict[str, fl
             "remote_p99_ms": pct(t_remote, 0.99) * ms, "steps": steps}
 
 
+def mcp_round_trip(url: str, steps: int, seed: int = 0) -> dict[str, float]:
+    """p50 of one Sokoban step over ``/ws``, ``WebSocket /mcp`` and ``POST /mcp`` (the same
+    responses, interleaved, so all three see the same machine load; one raw client for all,
+    so the figures are the server's and the wire's, not a client library's)."""
+    import http.client
+    from contextlib import ExitStack
+
+    from websockets.sync.client import connect
+
+    stack = ExitStack()
+    ws = stack.enter_context(connect(url.replace("http://", "ws://") + "/ws", compression=None))
+    host, port = url.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=30)
+    ids = iter(range(1, 1 << 30))
+
+    def post(method: str, params: dict) -> dict:
+        body = dumps({"jsonrpc": "2.0", "method": method, "params": params, "id": next(ids)})
+        conn.request("POST", "/mcp", body=body.encode(),
+                     headers={"Content-Type": "application/json"})
+        return loads(conn.getresponse().read())
+
+    sid = post("openenv/session/create", {})["result"]["session_id"]
+    mcp_ws = stack.enter_context(connect(url.replace("http://", "ws://") + "/mcp",
+                                         compression=None))
+
+    def over_ws_mcp(name: str, arguments: dict) -> dict:
+        mcp_ws.send(dumps({"jsonrpc": "2.0", "method": "tools/call", "id": next(ids),
+                           "params": {"name": name, "arguments": arguments}}))
+        return loads(mcp_ws.recv(timeout=30))
+
+    def over_ws(kind: str, data: dict) -> dict:
+        ws.send(dumps({"type": kind, "data": data}))
+        return loads(ws.recv(timeout=30))["data"]
+
+    def start(episode: int) -> None:
+        over_ws("reset", {"seed": episode})
+        over_ws_mcp("start_episode", {"seed": episode})
+        post("tools/call", {"name": "start_episode", "arguments": {"seed": episode},
+                            "session_id": sid})
+
+    rng, episode = random.Random(seed), seed
+    times: dict[str, list[float]] = {"ws": [], "ws_mcp": [], "http_mcp": []}
+    start(episode)
+    for _ in range(steps):
+        text = response(rng)
+        t0 = time.perf_counter()
+        step = over_ws("step", {"response": text})
+        t1 = time.perf_counter()
+        a = over_ws_mcp("act", {"response": text})["result"]["data"]
+        t2 = time.perf_counter()
+        b = post("tools/call", {"name": "act", "arguments": {"response": text},
+                                "session_id": sid})["result"]["data"]
+        t3 = time.perf_counter()
+        assert a["done"] == b["done"] == step["done"] and a["reward"] == b["reward"]
+        for key, dt in (("ws", t1 - t0), ("ws_mcp", t2 - t1), ("http_mcp", t3 - t2)):
+            times[key].append(dt)
+        if step["done"]:
+            episode += 1
+            start(episode)
+    stack.close()
+    conn.close()
+    p50 = {k: statistics.median(v) * 1e3 for k, v in times.items()}
+    return {"ws_p50_ms": p50["ws"], "ws_mcp_p50_ms": p50["ws_mcp"],
+            "http_mcp_p50_ms": p50["http_mcp"],
+            "ws_mcp_added_p50_ms": p50["ws_mcp"] - p50["ws"],
+            "http_mcp_added_p50_ms": p50["http_mcp"] - p50["ws"], "steps": steps}
+
+
 async def _open(url: str, n: int) -> list:
     from websockets.asyncio.client import connect
 
@@ -138,6 +212,28 @@ async def _open(url: str, n: int) -> list:
         loads(await ws.recv())
         socks.append(ws)
     return socks
+
+
+async def burst(url: str, sessions: int) -> dict[str, float]:
+    """``sessions`` new sessions at once, each: connect to ``/ws``, reset (its own seed), one
+    step; the latency of each from its start to its step's answer."""
+    from websockets.asyncio.client import connect
+
+    ws_url = url.replace("http://", "ws://") + "/ws"
+
+    async def one(i: int) -> float:
+        t0 = time.perf_counter()
+        async with connect(ws_url, max_size=None, compression=None) as ws:
+            await ws.send(dumps({"type": "reset", "data": {"seed": i}}))
+            loads(await ws.recv())
+            await ws.send(dumps({"type": "step", "data": {"response": response(
+                random.Random(i))}}))
+            loads(await ws.recv())
+            return time.perf_counter() - t0
+
+    lat = await asyncio.gather(*(one(i) for i in range(sessions)))
+    return {"sessions": sessions, "p50_ms": pct(lat, 0.5) * 1e3, "p99_ms": pct(lat, 0.99) * 1e3,
+            "max_ms": max(lat) * 1e3}
 
 
 async def _client(ws, rng: random.Random, stop: float, lat: list[float],
@@ -302,10 +398,12 @@ def main() -> None:
                     help="part 4: env processes per server (the local side gets twice this)")
     ap.add_argument("--cpu-rounds", type=int, default=3,
                     help="part 5: alternating load rounds per server (median reported)")
-    ap.add_argument("--parts", nargs="+", default=["server", "vector", "cpu"],
-                    choices=["server", "vector", "cpu"],
-                    help="server: parts 1-3 (one server); vector: part 4; cpu: part 5 "
-                         "(default: all)")
+    ap.add_argument("--parts", nargs="+", default=["server", "vector", "cpu", "mcp"],
+                    choices=["server", "vector", "cpu", "mcp"],
+                    help="server: parts 1-3 (one server); vector: part 4; cpu: part 5; mcp: "
+                         "part 6 (default: all)")
+    ap.add_argument("--burst", type=int, default=200,
+                    help="part 6: new sessions opened at once in the burst")
     ap.add_argument("--out", type=Path, default=None, help="write the figures as JSON here")
     args = ap.parse_args()
     out: dict[str, object] = {"cpus": os.cpu_count(), "load_avg_at_start": os.getloadavg()}
@@ -333,6 +431,30 @@ def main() -> None:
                   f"{r['computed_2_cores_steps_per_s']:.0f} steps/s", flush=True)
         print(f"the same steps and resets in process: {cpu['in_process_cpu_us_per_step']:.0f} "
               "CPU-us/step", flush=True)
+    if "mcp" in args.parts:
+        proc, url = start_server(["arl/Sokoban-v0"], 16)
+        try:
+            r = out["mcp"] = mcp_round_trip(url, args.steps)
+        finally:
+            proc.kill()
+            proc.wait(timeout=10)
+        bursts = []
+        for _ in range(3):
+            proc, url = start_server(["arl/Sokoban-v0"], args.burst + 8)
+            try:
+                bursts.append(asyncio.run(burst(url, args.burst)))
+            finally:
+                proc.kill()
+                proc.wait(timeout=10)
+        out["burst"] = b = min(bursts, key=lambda x: x["p99_ms"])
+        p99s = ", ".join(f"{x['p99_ms']:.0f}" for x in bursts)
+        print(f"burst of {b['sessions']} new Sokoban sessions (connect + reset + step at once), "
+              f"best of 3: p50 {b['p50_ms']:.0f} ms, p99 {b['p99_ms']:.0f} ms (all p99s: "
+              f"{p99s} ms)", flush=True)
+        print(f"Sokoban step p50 over {r['steps']} steps: /ws {r['ws_p50_ms']:.3f} ms | act "
+              f"tool on WebSocket /mcp {r['ws_mcp_p50_ms']:.3f} ms "
+              f"(+{r['ws_mcp_added_p50_ms']:.3f}) | on POST /mcp {r['http_mcp_p50_ms']:.3f} ms "
+              f"(+{r['http_mcp_added_p50_ms']:.3f})", flush=True)
     out["load_avg_at_end"] = os.getloadavg()
     print(f"machine: {out['cpus']} CPUs, load average {out['load_avg_at_start'][0]:.2f} at start, "
           f"{out['load_avg_at_end'][0]:.2f} at end (server and clients share it)")

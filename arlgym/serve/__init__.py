@@ -1,8 +1,8 @@
 """arlgym envs over the network: an OpenEnv-compatible env server and the clients that use it.
 
 ``arlgym serve`` (:mod:`arlgym.serve.server`) hosts many sessions of any registered env and
-speaks OpenEnv's HTTP/WebSocket protocol, so OpenEnv's own ``GenericEnvClient`` drives it
-unchanged; :mod:`arlgym.serve.client` is arlgym's own client (:class:`RemoteEnv`, a Gymnasium
+speaks OpenEnv's HTTP/WebSocket protocol and MCP, so OpenEnv's own ``GenericEnvClient`` and
+``MCPToolClient``, and any MCP client, drive it unchanged; :mod:`arlgym.serve.client` is arlgym's own client (:class:`RemoteEnv`, a Gymnasium
 env whose episodes equal the in-process ones) used by ``make_group_vec(..., servers=[...])``.
 See docs/serving.md.
 """

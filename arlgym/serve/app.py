@@ -1,6 +1,7 @@
 """The env server's ASGI app: OpenEnv's protocol over many sessions of arlgym envs.
 
-Routes (OpenEnv's, so its ``GenericEnvClient`` works unchanged, plus ``/envs`` and ``/close``):
+Routes (OpenEnv 0.10's, so its ``GenericEnvClient``, ``MCPToolClient`` and ``openenv validate``
+work unchanged, plus ``/envs``, ``/tasks`` and ``/close``):
 
 ==================  =========================================================================
 ``GET /health``     ``{"status": "healthy", "sessions": n, "max_sessions": m, "resets": r,
@@ -14,10 +15,20 @@ Routes (OpenEnv's, so its ``GenericEnvClient`` works unchanged, plus ``/envs`` a
 ``POST /step``      ``{"session_id": …, "action": {"response": "<LLM text>"}}``
 ``GET /state``      ``?session_id=…``: episode id, step count, env, seed, task id, done
 ``POST /close``     ``{"session_id": …}``: free an HTTP session now (else it expires)
-``WS /ws``          one session per connection: OpenEnv's ``reset``/``step``/``state``/``close``,
-                    and arlgym's ``expert`` (``{"policy": "expert" | "teacher"}``: the env's
-                    scripted answer for the current state, for the expert/greedy policies)
+``GET /openapi.json``
+                    the HTTP routes of the mode (``openenv validate`` reads the mode there)
+``POST /mcp``       MCP JSON-RPC (:mod:`arlgym.serve.mcp`): OpenEnv's ``tools/list``,
+                    ``tools/call``, ``openenv/session/create|close``; streamable HTTP
+                    (``initialize``, ``Mcp-Session-Id``; ``DELETE`` ends the session)
+``WS /ws``          one session per connection (``?session_id=``: attach to an HTTP session):
+                    OpenEnv's ``reset``/``step``/``state``/``close``/``mcp``, and arlgym's
+                    ``expert`` (``{"policy": "expert" | "teacher"}``: the env's scripted answer
+                    for the current state, for the expert/greedy policies)
+``WS /mcp``         MCP JSON-RPC on the connection's own session
 ==================  =========================================================================
+
+``mode="production"`` (OpenEnv's production mode) does not serve ``POST /reset``,
+``POST /step`` and ``GET /state``; a WebSocket to any other path is answered 404.
 
 Reset data: ``seed`` (int >= 0; the same task as ``gymnasium.make(id).reset(seed=seed)``),
 ``env`` (a hosted id; default the first), ``task_id``, ``split``, ``options`` (env-specific
@@ -53,13 +64,21 @@ from arlgym.errors import ArlgymError, ConfigError, ResetNeeded, TaskNotFound
 from arlgym.serve.codec import JSONDecodeError, dumps, loads
 from arlgym.serve.hosts import SCRIPTED_METHODS, EnvRaised, HostFailure
 
-__all__ = ["ServeApp", "ServeConfig", "RESET_KEYS"]
+__all__ = ["ServeApp", "ServeConfig", "RESET_KEYS", "MODES", "openapi"]
 
 logger = logging.getLogger("arlgym.serve")
 
 #: keys a reset message may carry (HTTP adds ``session_id``)
 RESET_KEYS = ("seed", "env", "task_id", "split", "options", "episode_id")
 _STEP_KEYS = ("response", "metadata")
+#: a WebSocket handler's "send nothing" (a JSON-RPC notification); ``None`` closes the socket
+NO_REPLY: dict[str, Any] = {}
+#: the server's modes (OpenEnv's ``ServerMode``)
+MODES = ("simulation", "production")
+#: the OpenEnv HTTP API version this server implements (its reference server's OpenAPI version)
+OPENENV_API_VERSION = "1.0.0"
+#: the HTTP routes that production mode drops, as OpenEnv's server does
+SIMULATION_ROUTES = frozenset({("POST", "/reset"), ("POST", "/step"), ("GET", "/state")})
 
 
 class RequestError(Exception):
@@ -82,6 +101,10 @@ class ServeConfig:
     #: env ids whose steps run on the event loop itself (cheap, thread-safe steps): no thread
     #: hop per step (see :attr:`arlgym.core.env.AgentEnv.cheap_step`)
     inline_steps: frozenset[str] = frozenset()
+    #: ``"simulation"`` (every route) or ``"production"``: OpenEnv's production mode, without
+    #: the HTTP ``/reset``, ``/step`` and ``/state`` routes (an agent acts through MCP tools and
+    #: WebSockets; it cannot reset or peek over plain HTTP)
+    mode: str = "simulation"
 
 
 @dataclass(eq=False)
@@ -97,6 +120,8 @@ class Session:
     used: float = field(default_factory=time.monotonic)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     live: bool = False  # holds an env on its host
+    attached: bool = False  # a WebSocket (``/ws?session_id=``) drives this HTTP session now
+    close_pending: bool = False  # closed over MCP while attached: dropped when the socket goes
 
 
 class ServeApp:
@@ -111,6 +136,9 @@ class ServeApp:
         self.resets = self.steps = 0  # served since start (GET /health): is the server used?
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="arlgym-serve")
         self._reaper: asyncio.Task | None = None
+        from arlgym.serve.mcp import McpServer
+
+        self.mcp = McpServer(self)
 
     # ------------------------------------------------------------------ ASGI entry
     async def __call__(self, scope: dict[str, Any], receive: Callable, send: Callable) -> None:
@@ -168,34 +196,44 @@ class ServeApp:
     # ------------------------------------------------------------------ HTTP
     async def _http(self, scope: dict[str, Any], receive: Callable, send: Callable) -> None:
         method, path = scope["method"], scope["path"].rstrip("/") or "/"
+        extra: list[tuple[bytes, bytes]] = []
         try:
             refusal = self._refusal(scope)
             if refusal is not None:
                 raise refusal
-            if method == "GET":
+            if (method, path) in SIMULATION_ROUTES and self.config.mode == "production":
+                raise RequestError(404, "NOT_FOUND", f"no route {method} {path} in production "
+                                   "mode (OpenEnv's: no HTTP reset/step/state): play over "
+                                   "WebSocket /ws or the MCP tools on /mcp, or serve with "
+                                   "--mode simulation")
+            if path == "/mcp":
+                status, body, extra = await self.mcp.http(scope, method, await self._read_body(
+                    scope, receive))
+            elif method == "GET":
                 query = parse_qs(scope["query_string"].decode("latin-1"))
-                body = await self._get(path, query)
+                body, status = await self._get(path, query), 200
             elif method == "POST":
-                data = await self._read_json(scope, receive)
-                body = await self._post(path, data)
+                data = _parse_object(await self._read_body(scope, receive))
+                body, status = await self._post(path, data), 200
             else:
                 raise RequestError(405, "METHOD_NOT_ALLOWED", f"{method} is not supported; use "
                                    "GET (health, metadata, schema, envs, state) or POST (reset, "
-                                   "step, close)")
-            status = 200
+                                   "step, close, mcp)")
         except RequestError as e:
             status, body = e.status, {"detail": e.message, "code": e.code}
         except Exception:  # noqa: BLE001 - a bug of ours: log it, answer JSON without a traceback
             logger.exception("internal error on %s %s", method, path)
             status, body = 500, {"detail": "internal server error (see the server's log)",
                                  "code": "INTERNAL_ERROR"}
-        payload = dumps(body).encode()
-        await send({"type": "http.response.start", "status": status,
-                    "headers": [(b"content-type", b"application/json"),
-                                (b"content-length", str(len(payload)).encode())]})
+        payload = b"" if body is None else dumps(body).encode()
+        headers = [(b"content-length", str(len(payload)).encode())]
+        if body is not None:
+            headers.append((b"content-type", b"application/json"))
+        await send({"type": "http.response.start", "status": status, "headers": headers + extra})
         await send({"type": "http.response.body", "body": payload})
 
-    async def _read_json(self, scope: dict[str, Any], receive: Callable) -> dict[str, Any]:
+    async def _read_body(self, scope: dict[str, Any], receive: Callable) -> bytes:
+        """The request body (``b"{}"`` when empty), at most ``max_body`` bytes of JSON."""
         limit = self.config.max_body
         headers = dict(scope["headers"])
         ctype = headers.get(b"content-type", b"").decode("latin-1").split(";")[0].strip().lower()
@@ -219,7 +257,7 @@ class ServeApp:
         if ctype != "application/json" and raw:
             raise RequestError(415, "UNSUPPORTED_MEDIA_TYPE", "send the body as JSON with "
                                "'Content-Type: application/json'")
-        return _parse_object(raw or b"{}")
+        return raw or b"{}"
 
     async def _tasks(self, query: dict[str, list[str]]) -> dict[str, Any]:
         """``GET /tasks``: the first ``limit`` task ids of ``split``, enumerated by a temporary
@@ -258,6 +296,8 @@ class ServeApp:
                     "readme_content": None, "author": None, "documentation_url": None}
         if path == "/schema":
             return _SCHEMA
+        if path == "/openapi.json":
+            return openapi(self.config.mode, list(self.config.envs))
         if path == "/envs":
             return {"default": self.default_env,
                     "envs": {k: {"kwargs": v} for k, v in self.config.envs.items()}}
@@ -266,8 +306,7 @@ class ServeApp:
             return self._state(self._http_session(sid))
         if path == "/tasks":
             return await self._tasks(query)
-        raise RequestError(404, "NOT_FOUND", f"no route GET {path}; routes: /health /metadata "
-                           "/schema /envs /tasks /state, POST /reset /step /close, WebSocket /ws")
+        raise RequestError(404, "NOT_FOUND", f"no route GET {path}; routes: {self._routes()}")
 
     async def _post(self, path: str, data: dict[str, Any]) -> dict[str, Any]:
         if path == "/reset":
@@ -287,11 +326,19 @@ class ServeApp:
         if path == "/close":
             _check_keys(data, ("session_id",), "/close body")
             session = self._http_session(data.get("session_id"))
+            if session.attached:  # its WebSocket (?session_id=) closes it when it goes
+                session.close_pending = True
+                return {"closed": session.sid, "closing": True}
             async with session.lock:
                 self._drop(session, close_env=True)
             return {"closed": session.sid}
-        raise RequestError(404, "NOT_FOUND", f"no route POST {path}; routes: POST /reset /step "
-                           "/close, GET /health /metadata /schema /envs /tasks /state, WebSocket /ws")
+        raise RequestError(404, "NOT_FOUND", f"no route POST {path}; routes: {self._routes()}")
+
+    def _routes(self) -> str:
+        """The routes of this mode, for a 404's message."""
+        paths = openapi(self.config.mode, [])["paths"]
+        return ", ".join(f"{m.upper()} {p}" for p, ops in paths.items() for m in ops) + \
+            ", WebSocket /ws /mcp"
 
     def _http_session(self, sid: Any) -> Session:
         if not isinstance(sid, str) or not sid:
@@ -309,12 +356,28 @@ class ServeApp:
         msg = await receive()
         if msg["type"] != "websocket.connect":
             return
+        path = scope["path"].rstrip("/") or "/"
         refusal = self._refusal(scope)
         if refusal is not None:  # before accept: the client sees an HTTP 403 handshake answer
             await send({"type": "websocket.close", "code": 1008, "reason": refusal.code})
             return
+        if path not in ("/ws", "/mcp"):  # a 404 answer to the handshake, not a session
+            await self._refuse_handshake(scope, send, 404, "NOT_FOUND", f"no WebSocket route "
+                                         f"{path}: WebSocket /ws (OpenEnv's env protocol) or "
+                                         "/mcp (MCP JSON-RPC)")
+            return
         await send({"type": "websocket.accept"})
-        session = Session(sid=_new_id(), kind="ws")
+        session, attached = Session(sid=_new_id(), kind="ws"), False
+        query = parse_qs(scope["query_string"].decode("latin-1"))
+        if path == "/ws" and "session_id" in query:  # OpenEnv's MCP client: attach to a session
+            try:
+                session, attached = self._attach(query["session_id"][0]), True
+            except RequestError as e:
+                await send({"type": "websocket.send", "text": dumps(
+                    {"type": "error", "data": {"message": e.message, "code": e.code}})})
+                await send({"type": "websocket.close", "code": 1008})
+                return
+        answer = self.mcp.ws_message if path == "/mcp" else self._ws_message
         try:
             while True:
                 msg = await receive()
@@ -324,7 +387,7 @@ class ServeApp:
                 if text is None:
                     text = (msg.get("bytes") or b"").decode("utf-8", "replace")
                 try:
-                    reply = await self._ws_message(session, text)
+                    reply = await answer(session, text)
                 except RequestError as e:
                     reply = {"type": "error", "data": {"message": e.message, "code": e.code}}
                 except Exception:  # noqa: BLE001 - a bug of ours: log it, answer JSON
@@ -334,9 +397,13 @@ class ServeApp:
                         "code": "INTERNAL_ERROR"}}
                 if reply is None:  # "close"
                     break
-                await send({"type": "websocket.send", "text": dumps(reply)})
+                if reply is not NO_REPLY:
+                    await send({"type": "websocket.send", "text": dumps(reply)})
         finally:
-            if session.sid in self.sessions:
+            if attached:  # the session outlives its socket unless it was closed meanwhile
+                session.attached = False
+                session.used = time.monotonic()
+            if session.sid in self.sessions and (not attached or session.close_pending):
                 async with session.lock:
                     self._drop(session, close_env=True)
         try:
@@ -344,43 +411,83 @@ class ServeApp:
         except Exception:  # noqa: BLE001 - the client already closed the connection
             pass
 
+    async def _refuse_handshake(self, scope: dict[str, Any], send: Callable, status: int,
+                                code: str, message: str) -> None:
+        """Answer a WebSocket handshake with an HTTP error and a JSON body where the server
+        supports it (ASGI's ``websocket.http.response``), else close it (HTTP 403)."""
+        if "websocket.http.response" not in (scope.get("extensions") or {}):
+            await send({"type": "websocket.close", "code": 1008, "reason": code})
+            return
+        payload = dumps({"detail": message, "code": code}).encode()
+        await send({"type": "websocket.http.response.start", "status": status,
+                    "headers": [(b"content-type", b"application/json"),
+                                (b"content-length", str(len(payload)).encode())]})
+        await send({"type": "websocket.http.response.body", "body": payload})
+
+    def _attach(self, sid: str) -> Session:
+        """The HTTP session ``sid`` (made by ``POST /reset`` or MCP's
+        ``openenv/session/create``), now driven by one WebSocket (OpenEnv's ``MCPToolClient``
+        shares one session between ``/ws`` and ``POST /mcp`` this way)."""
+        session = self.sessions.get(sid)
+        if session is None or session.kind != "http":
+            raise RequestError(404, "SESSION_ERROR", "Unknown session_id: the one to attach "
+                               "(?session_id=) comes from openenv/session/create on POST /mcp "
+                               "or from POST /reset; it may have been closed or expired after "
+                               f"ttl={self.config.ttl:g} s idle")
+        if session.attached:
+            raise RequestError(409, "SESSION_ERROR", f"Session {sid[:6]}… already has an "
+                               "attached WebSocket")
+        session.attached, session.used = True, time.monotonic()
+        return session
+
     async def _ws_message(self, session: Session, text: str) -> dict[str, Any] | None:
+        """One ``/ws`` message's answer (``None``: close the socket)."""
         message = _parse_object(text)
         kind = message.get("type")
         if kind == "close":
             return None
-        if kind not in ("reset", "step", "state", "expert"):
+        if kind not in ("reset", "step", "state", "expert", "mcp"):
             raise RequestError(400, "UNKNOWN_TYPE", f"unknown message type {kind!r}; expected "
-                               "'reset', 'step', 'state', 'expert' or 'close'")
+                               "'reset', 'step', 'state', 'expert', 'mcp' or 'close'")
         _check_keys(message, ("type", "data"), f"the {kind!r} message")
         data = message.get("data", {})
         if not isinstance(data, dict):
             raise RequestError(422, "VALIDATION_ERROR", f"'data' of the {kind!r} message must be "
                                "a JSON object")
+        if kind == "mcp":  # OpenEnv's JSON-RPC over this socket, on this socket's session
+            answer = await self.mcp.call(data, session)
+            return {"type": "mcp", "data": answer if answer is not None else {
+                "jsonrpc": "2.0", "id": None, "result": None}}
         if kind == "reset":
             if "session_id" in data:
                 raise RequestError(422, "VALIDATION_ERROR", "a WebSocket is its own session; "
                                    "drop 'session_id' from the reset data")
             return {"type": "observation", "data": await self._reset(session, dict(data))}
         if kind == "step":
+            if data.get("type") in ("list_tools", "call_tool"):  # OpenEnv's MCP actions
+                return {"type": "observation", "data": await self.mcp.step_action(session, data)}
             return {"type": "observation", "data": await self._step(session, data)}
         if kind == "expert":
             return {"type": "expert", "data": await self._expert(session, data)}
         return {"type": "state", "data": self._state(session)}
 
     # ------------------------------------------------------------------ session ops
+    def register(self, session: Session) -> None:
+        """Hold ``session`` (refused past ``max_sessions``)."""
+        if len(self.sessions) >= self.config.max_sessions:
+            raise RequestError(503, "CAPACITY_REACHED", f"the server holds "
+                               f"max_sessions={self.config.max_sessions} sessions. Fix: "
+                               "close finished sessions, retry later, or start the "
+                               "server with a larger --max-sessions")
+        self.sessions[session.sid] = session
+
     async def _reset(self, session: Session, data: dict[str, Any]) -> dict[str, Any]:
         env_id, seed, options, episode_id = self._reset_args(data)
         async with session.lock:
             session.used = time.monotonic()
             new = session.sid not in self.sessions
             if new:
-                if len(self.sessions) >= self.config.max_sessions:
-                    raise RequestError(503, "CAPACITY_REACHED", f"the server holds "
-                                       f"max_sessions={self.config.max_sessions} sessions. Fix: "
-                                       "close finished sessions, retry later, or start the "
-                                       "server with a larger --max-sessions")
-                self.sessions[session.sid] = session
+                self.register(session)
             host = self.hosts[env_id]
             try:
                 if not session.live or session.env_id != env_id:
@@ -415,13 +522,14 @@ class ServeApp:
                                f"response text (a string), got {type(text).__name__}")
         async with session.lock:
             if not session.live or session.sid not in self.sessions:
-                raise RequestError(409, "SESSION_ERROR", "no episode to step: send reset first"
+                raise RequestError(409, "SESSION_ERROR", "no episode to step: send reset first "
+                                   "(MCP: call the start_episode tool)"
                                    + ("" if session.env_id is None else
                                       f" (this session expired after ttl={self.config.ttl:g} s "
                                       "idle or its env was lost)"))
             if session.done:
                 raise RequestError(409, "SESSION_ERROR", "the episode has ended (done=true); "
-                                   "send reset to start the next one")
+                                   "send reset (MCP: call start_episode) to start the next one")
             session.used = time.monotonic()
             result = await self._call(self.hosts[session.env_id], "step", session.sid, text,
                                       inline=session.env_id in self.config.inline_steps)
@@ -528,7 +636,7 @@ class ServeApp:
         """Drop sessions idle for more than ``ttl`` seconds (not while they are stepped)."""
         now, n = time.monotonic(), 0
         for s in list(self.sessions.values()):
-            if now - s.used > self.config.ttl and not s.lock.locked():
+            if now - s.used > self.config.ttl and not s.lock.locked() and not s.attached:
                 self._drop(s, close_env=True)
                 n += 1
         self.expired += n
@@ -565,20 +673,73 @@ def _check_keys(data: dict[str, Any], allowed: tuple[str, ...], what: str) -> No
                            f" accepted: {list(allowed)}")
 
 
+_OBSERVATION_SCHEMA = {"title": "ArlgymObservation", "type": "object", "properties": {
+    "prompt": {"type": "string", "description": "the prompt the policy reads next"},
+    "image_png": {"type": "string", "description": "vision envs: base64 PNG of the frame"},
+    "metadata": {"type": "object", "description": "every info key of the env, plus "
+                 "terminated and truncated"},
+    "session_id": {"type": "string"}, "env": {"type": "string"}}}
+
 _SCHEMA = {
     "action": {"title": "ArlgymAction", "type": "object", "additionalProperties": False,
                "properties": {"response": {"type": "string",
                                            "description": "the raw LLM response text"},
                               "metadata": {"type": "object"}},
                "required": ["response"]},
-    "observation": {"title": "ArlgymObservation", "type": "object", "properties": {
-        "prompt": {"type": "string", "description": "the prompt the policy reads next"},
-        "image_png": {"type": "string", "description": "vision envs: base64 PNG of the frame"},
-        "metadata": {"type": "object", "description": "every info key of the env, plus "
-                     "terminated and truncated"},
-        "session_id": {"type": "string"}, "env": {"type": "string"}}},
+    "observation": _OBSERVATION_SCHEMA,
+    # a reset's observation has the same fields (OpenEnv 0.10 lists it apart)
+    "reset_observation": _OBSERVATION_SCHEMA,
     "state": {"title": "ArlgymState", "type": "object", "properties": {
         "episode_id": {"type": ["string", "null"]}, "step_count": {"type": "integer"},
         "session_id": {"type": "string"}, "env": {"type": ["string", "null"]},
         "seed": {"type": ["integer", "null"]}, "task_id": {}, "done": {"type": "boolean"}}},
 }
+
+
+def _op(summary: str, body: bool = False, query: tuple[str, ...] = ()) -> dict[str, Any]:
+    """One OpenAPI operation: JSON in (``body``), JSON out."""
+    op: dict[str, Any] = {"summary": summary, "responses": {"200": {
+        "description": "JSON", "content": {"application/json": {"schema": {"type": "object"}}}}}}
+    if body:
+        op["requestBody"] = {"content": {"application/json": {"schema": {"type": "object"}}}}
+    if query:
+        op["parameters"] = [{"name": q, "in": "query", "required": False,
+                             "schema": {"type": "string"}} for q in query]
+    return op
+
+
+def openapi(mode: str, envs: list[str]) -> dict[str, Any]:
+    """``GET /openapi.json``: the HTTP routes this server answers in ``mode`` (production drops
+    ``/reset``, ``/step`` and ``/state``; ``openenv validate`` reads the mode from them).
+    WebSocket routes (``/ws``, ``/mcp``) have no OpenAPI form; the description names them."""
+    import arlgym
+
+    paths: dict[str, Any] = {
+        "/health": {"get": _op("health, sessions held, resets and steps served")},
+        "/metadata": {"get": _op("OpenEnv's EnvironmentMetadata")},
+        "/schema": {"get": _op("JSON schemas of the action, observations and state")},
+        "/envs": {"get": _op("the hosted env ids with their server-side kwargs")},
+        "/tasks": {"get": _op("the enumerated task ids of a split", query=(
+            "env", "split", "limit"))},
+        "/reset": {"post": _op("start an episode (a new HTTP session, or session_id's)", True)},
+        "/step": {"post": _op("one turn: {session_id, action: {response}}", True)},
+        "/state": {"get": _op("a session's episode state", query=("session_id",))},
+        "/close": {"post": _op("free an HTTP session now", True)},
+        "/mcp": {"post": _op("MCP JSON-RPC: initialize, tools/list, tools/call, "
+                             "openenv/session/create|close", True)},
+        "/openapi.json": {"get": _op("this document")},
+    }
+    if mode == "production":
+        for method, path in SIMULATION_ROUTES:
+            paths[path].pop(method.lower())
+        paths = {p: ops for p, ops in paths.items() if ops}
+    # info.version is the HTTP API's version, OpenEnv's 1.0.0 (its reference server's), which
+    # `openenv validate` reads as the standard it checks (profile openenv-http/1.x); arlgym's
+    # own version is x-arlgym-version (and /metadata's version)
+    return {"openapi": "3.1.0",
+            "info": {"title": "arlgym env server", "version": OPENENV_API_VERSION,
+                     "x-arlgym-version": arlgym.__version__,
+                     "description": f"{mode} mode; envs: {', '.join(envs) or '-'}. WebSocket "
+                                    "/ws: OpenEnv's env protocol (reset/step/state/mcp/close); "
+                                    "WebSocket /mcp: MCP JSON-RPC."},
+            "paths": paths}

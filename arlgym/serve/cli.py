@@ -72,7 +72,7 @@ def _serve(args: argparse.Namespace) -> int:
                        port=args.port, token=token, insecure=args.insecure,
                        max_sessions=args.max_sessions, ttl=args.ttl, max_body=args.max_body,
                        workers=args.workers, threads=args.threads, timeout=args.timeout,
-                       inline_steps=not args.no_inline_steps)
+                       inline_steps=not args.no_inline_steps, mode=args.mode)
     guard = "token required" if token else (
         "loopback only" if is_loopback(args.host) else "NO token (--insecure)")
     print(f"arlgym serve: {', '.join(args.env)} on {server.url} ({guard}; at most "
@@ -121,5 +121,9 @@ def add_subparser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentPa
                    help="run every step on the thread pool, also those of envs with cheap "
                         "steps (Sokoban), which otherwise run on the event loop (slower; for "
                         "comparison)")
+    p.add_argument("--mode", default="simulation", choices=("simulation", "production"),
+                   help="production: OpenEnv's production mode, without the HTTP /reset, /step "
+                        "and /state routes (agents play over /ws and the MCP tools on /mcp); "
+                        "default: simulation (every route)")
     p.set_defaults(func=_serve)
     return p

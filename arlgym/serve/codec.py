@@ -1,6 +1,7 @@
 """The wire form of an arlgym step: what the server sends and what the clients rebuild.
 
-OpenEnv's result is ``{"observation": {...}, "reward": float | None, "done": bool}``. arlgym's
+OpenEnv's result is ``{"observation": {...}, "reward": float | None, "done": bool,
+"metadata": {...}}`` (the top-level ``metadata`` is the observation's, as OpenEnv 0.10 sends it). arlgym's
 observation dict carries ``prompt`` (the text the policy reads), ``image_png`` (vision envs:
 the RGB frame as base64 PNG — lossless, so the client rebuilds the exact array) and
 ``metadata``: every ``info`` key of the env (``anchor``, ``format_valid``, ``task_reward``,
@@ -105,9 +106,10 @@ def encode_result(obs: Any, reward: float | None, terminated: bool, truncated: b
     metadata["terminated"] = bool(terminated)
     metadata["truncated"] = bool(truncated)
     observation["metadata"] = metadata
+    # OpenEnv's reference server repeats the metadata at the top level (StepResult.metadata)
     return {"observation": observation,
             "reward": None if reward is None else float(reward),
-            "done": bool(terminated or truncated)}
+            "done": bool(terminated or truncated), "metadata": metadata}
 
 
 def decode_result(data: dict[str, Any]) -> tuple[Any, float, bool, bool, dict[str, Any]]:

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import socket
 import threading
 from typing import Any
 
 from arlgym.core.sockets import listening_socket
 from arlgym.errors import ConfigError, MissingDependency
-from arlgym.serve.app import ServeApp, ServeConfig
+from arlgym.serve.app import MODES, ServeApp, ServeConfig
 from arlgym.serve.hosts import ProcessHost, ThreadHost
 
 __all__ = ["EnvServer", "is_loopback"]
@@ -73,13 +74,16 @@ class EnvServer:
         inline_steps: step the envs whose class declares ``cheap_step`` (Sokoban) on the event
             loop instead of a pool thread; ``False`` sends every step to the pool (the slower
             path, kept to measure against: ``bench/bench_serve.py --no-inline-steps``).
+        mode: ``"simulation"`` (every route) or ``"production"`` (OpenEnv's production mode:
+            no HTTP ``/reset``, ``/step``, ``/state``; agents play over ``/ws`` and MCP).
     """
 
     def __init__(self, envs: dict[str, dict[str, Any]], host: str = "127.0.0.1", port: int = 0,
                  *, token: str | None = None, insecure: bool = False, max_sessions: int = 1024,
                  ttl: float = 600.0, max_body: int = 1 << 20, workers: int | None = None,
                  threads: int = 8, timeout: float = 300.0, backlog: int = 2048,
-                 check_envs: bool = True, inline_steps: bool = True) -> None:
+                 check_envs: bool = True, inline_steps: bool = True,
+                 mode: str = "simulation") -> None:
         try:
             import uvicorn
             import websockets  # noqa: F401  (uvicorn's WebSocket protocol)
@@ -98,6 +102,9 @@ class EnvServer:
             raise ConfigError(f"--host {host} accepts connections from other machines: pass "
                               "--token <secret> (clients send it as a bearer token) or, on a "
                               "trusted network only, --insecure")
+        if mode not in MODES:
+            raise ConfigError(f"--mode {mode!r} is invalid: expected one of {list(MODES)} "
+                              "(production drops the HTTP reset/step/state routes, as OpenEnv's)")
         max_sessions = check_int("max_sessions", max_sessions, min=1, example=1024)
         ttl = check_float("ttl", ttl, gt=0, example=600)
         max_body = check_int("max_body", max_body, min=1024, example=1 << 20)
@@ -108,6 +115,10 @@ class EnvServer:
             for env_id, kwargs in envs.items():
                 check_env_kwargs(env_id, kwargs, name=f"--env-kwarg of {env_id}")
         self._socket = listening_socket(host, port, backlog=backlog, purpose="listen")
+        # accepted connections inherit TCP_NODELAY: uvicorn writes an HTTP answer's head and
+        # body apart, and with Nagle's algorithm the body waited for the client's delayed ACK,
+        # ~40 ms on every keep-alive request (POST /mcp from OpenEnv's MCP client: 50 -> 3 ms)
+        self._socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.host, self.port = host, int(self._socket.getsockname()[1])
         hosts: dict[str, Any] = {}
         threaded = ThreadHost()
@@ -117,7 +128,8 @@ class EnvServer:
         self._hosts = hosts
         inline = frozenset(e for e in envs if inline_steps and _cheap_step(e))
         self.app = ServeApp(ServeConfig(envs=envs, token=token, max_sessions=max_sessions,
-                                        ttl=ttl, max_body=max_body, inline_steps=inline),
+                                        ttl=ttl, max_body=max_body, inline_steps=inline,
+                                        mode=mode),
                             hosts, threads=threads)
         self._server = uvicorn.Server(uvicorn.Config(
             self.app, interface="asgi3", lifespan="on", loop="asyncio", http="httptools",

@@ -14,6 +14,10 @@ during generation, and scores the rollout with ``get_reward()``. Here:
 * ``get_reward()`` is the episode's summed env reward (task reward; 0 when the model never
   acted).
 
+Vision envs (SokobanVision): ``reset`` and ``act`` return TRL's content blocks, the frame as
+an image block (a PIL image of the env's exact array) before the text, so a VLM trained
+through TRL sees what the env renders; text envs return plain text.
+
 What does not carry over: the ``<think>/<action>`` text format is replaced by TRL's tool-call
 format, so the format penalty never applies (a malformed tool call is TRL's tool failure, which
 TRL logs); anchors (GiGPO) are in ``self.infos`` but TRL's GRPO has no use for them; the env's
@@ -31,10 +35,10 @@ With ``server="http://host:8000"`` the episodes run on an ``arlgym serve`` serve
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["ArlgymTRLEnv", "environment_factory", "seed_dataset"]
+__all__ = ["ArlgymTRLEnv", "EnvironmentFactory", "environment_factory", "seed_dataset"]
 
 
 class ArlgymTRLEnv:
@@ -58,15 +62,15 @@ class ArlgymTRLEnv:
         self.infos: list[dict[str, Any]] = []
 
     def reset(self, seed: int | None = None, task_id: str | None = None,
-              split: str | None = None, **row: Any) -> str:
+              split: str | None = None, **row: Any) -> str | list[dict[str, Any]]:
         """Start the row's task (TRL passes the dataset row; only these keys are read)."""
         options = {k: v for k, v in (("task_id", task_id), ("split", split)) if v is not None}
-        _, info = self._env.reset(seed=None if seed is None else int(seed),
-                                  options=options or None)
+        obs, info = self._env.reset(seed=None if seed is None else int(seed),
+                                    options=options or None)
         self.done, self.episode_return, self.infos = False, 0.0, [info]
-        return self._describe(info)
+        return _content(obs, self._describe(info))
 
-    def act(self, action: str) -> str:
+    def act(self, action: str) -> str | list[dict[str, Any]]:
         """Play one move in the environment.
 
         Args:
@@ -78,14 +82,14 @@ class ArlgymTRLEnv:
         """
         if self.done:
             raise RuntimeError("the episode is over; no more moves")
-        _, reward, terminated, truncated, info = self._env.step(
+        obs, reward, terminated, truncated, info = self._env.step(
             f"<think></think><action>{action}</action>")
         self.episode_return += float(reward)
         self.done = bool(terminated or truncated)
         self.infos.append(info)
         status = "episode over" + (" (solved)" if info.get("won") else "") if self.done else \
             "continue"
-        return f"{self._describe(info)}\nReward: {reward:g}. Status: {status}."
+        return _content(obs, f"{self._describe(info)}\nReward: {reward:g}. Status: {status}.")
 
     def get_reward(self) -> float:
         """The episode's summed env reward (TRL calls it once the rollout is complete)."""
@@ -111,10 +115,38 @@ class ArlgymTRLEnv:
         return text
 
 
+def _content(obs: Any, text: str) -> str | list[dict[str, Any]]:
+    """``text``, or for a vision env (``obs`` a dict with the frame) TRL's content blocks: the
+    frame as an image block, then the text. TRL passes a list returned by ``reset`` or a tool
+    through as a multimodal message and hands its images to the VLM's processor."""
+    if not isinstance(obs, dict) or "image" not in obs:
+        return text
+    from PIL import Image
+
+    return [{"type": "image", "image": Image.fromarray(obs["image"])},
+            {"type": "text", "text": text}]
+
+
+@dataclass(frozen=True)
+class EnvironmentFactory:
+    """A picklable zero-argument factory of :class:`ArlgymTRLEnv`: TRL's ``AsyncGRPOTrainer``
+    sends ``environment_factory`` to its rollout worker, a spawned process, by pickling it (a
+    closure cannot be pickled)."""
+
+    env_id: str
+    env_kwargs: dict[str, Any] | None = None
+    server: str | None = None
+    token: str | None = None
+
+    def __call__(self) -> ArlgymTRLEnv:
+        return ArlgymTRLEnv(self.env_id, self.env_kwargs, server=self.server, token=self.token)
+
+
 def environment_factory(env_id: str, env_kwargs: dict[str, Any] | None = None, *,
                         server: str | None = None,
-                        token: str | None = None) -> Callable[[], ArlgymTRLEnv]:
-    """A zero-argument factory for ``GRPOTrainer(environment_factory=...)``."""
+                        token: str | None = None) -> EnvironmentFactory:
+    """A zero-argument, picklable factory for ``GRPOTrainer(environment_factory=...)`` and
+    ``AsyncGRPOTrainer`` (whose rollout worker runs in a spawned process)."""
     import gymnasium as gym
 
     import arlgym  # noqa: F401
@@ -122,11 +154,8 @@ def environment_factory(env_id: str, env_kwargs: dict[str, Any] | None = None, *
 
     if env_id not in gym.registry:
         raise ConfigError(f"environment_factory: unknown env id {env_id!r}; see `arlgym envs`")
-
-    def make() -> ArlgymTRLEnv:
-        return ArlgymTRLEnv(env_id, env_kwargs, server=server, token=token)
-
-    return make
+    return EnvironmentFactory(env_id, None if env_kwargs is None else dict(env_kwargs),
+                              server=server, token=token)
 
 
 def seed_dataset(n: int, start: int = 0, instruction: str = "Solve the task with the act tool. "

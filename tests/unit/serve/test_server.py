@@ -116,7 +116,10 @@ def test_http_reset_step_state_close_every_text_env(server, env_id):
     obs, info = env.reset(seed=4)
     status, body = http(server.url, "/reset", {"seed": 4, "env": env_id})
     assert status == 200
-    ResetResponse.model_validate(body)  # OpenEnv's own wire model accepts it
+    # the top-level metadata is the observation's (OpenEnv 0.10's StepResult.metadata); the
+    # 0.3.0 wire model predates it, and accepts the rest
+    assert body["metadata"] == body["observation"]["metadata"]
+    ResetResponse.model_validate({k: v for k, v in body.items() if k != "metadata"})
     sid = body["observation"]["session_id"]
     assert body["observation"]["prompt"] == obs
     assert body["observation"]["metadata"]["anchor"] == info["anchor"]
@@ -124,7 +127,8 @@ def test_http_reset_step_state_close_every_text_env(server, env_id):
     obs, reward, *_ = env.step(text)
     status, body = http(server.url, "/step", {"session_id": sid, "action": {"response": text}})
     assert status == 200
-    StepResponse.model_validate(body)
+    assert body["metadata"] == body["observation"]["metadata"]
+    StepResponse.model_validate({k: v for k, v in body.items() if k != "metadata"})
     assert body["observation"]["prompt"] == obs and body["reward"] == reward
     status, state = http(server.url, f"/state?session_id={sid}")
     assert status == 200 and state["step_count"] == 1 and state["env"] == env_id

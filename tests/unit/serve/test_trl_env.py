@@ -71,3 +71,55 @@ def test_grpo_trainer_trains_on_sokoban_through_the_adapter(tmp_path, monkeypatc
     ref = gym.make("arl/Sokoban-v0")
     tasks = {ref.reset(seed=s)[1]["task_id"] for s in range(8)}
     assert made and all(e.infos and e.infos[0]["task_id"] in tasks for e in made)
+
+
+def _play_in_child(factory, seed: int) -> tuple[str, str, float]:
+    """Run in a spawned process, as AsyncGRPOTrainer's rollout worker runs the factory."""
+    env = factory()
+    first = env.reset(seed=seed)
+    text = env.act("left")
+    env._close()
+    return first, text, env.get_reward()
+
+
+@pytest.mark.parametrize("remote", [False, True])
+def test_environment_factory_pickles_and_plays_in_a_spawned_process(remote):
+    import multiprocessing as mp
+    import pickle
+    from concurrent.futures import ProcessPoolExecutor
+
+    from arlgym.serve.trl_env import EnvironmentFactory
+
+    with EnvServer({"arl/Sokoban-v0": {}}) as srv:
+        factory = environment_factory("arl/Sokoban-v0", server=srv.url if remote else None)
+        again = pickle.loads(pickle.dumps(factory))
+        assert isinstance(again, EnvironmentFactory) and again == factory
+        local = again()
+        expected = (local.reset(seed=5), local.act("left"), local.get_reward())
+        local._close()
+        with ProcessPoolExecutor(1, mp_context=mp.get_context("spawn")) as pool:
+            assert pool.submit(_play_in_child, factory, 5).result(timeout=300) == expected
+    ref = gym.make("arl/Sokoban-v0")
+    _, info = ref.reset(seed=5)
+    assert expected[0].startswith(info["raw_observation"])
+
+
+@pytest.mark.parametrize("remote", [False, True])
+def test_vision_env_frames_reach_trl_as_image_blocks(remote):
+    """SokobanVision through the adapter: reset and act return TRL's content blocks, the
+    env's exact frame as an image, then the text (in process and over a server)."""
+    import numpy as np
+
+    ref = gym.make("arl/SokobanVision-v0")
+    obs, info = ref.reset(seed=4)
+    with EnvServer({"arl/SokobanVision-v0": {}}) as srv:
+        env = ArlgymTRLEnv("arl/SokobanVision-v0", server=srv.url if remote else None)
+        for k, blocks in enumerate((env.reset(seed=4), env.act("left"))):
+            if k == 1:
+                obs, _, _, _, info = ref.step("<think></think><action>left</action>")
+            image, text = blocks
+            assert image["type"] == "image" and text["type"] == "text"
+            np.testing.assert_array_equal(np.asarray(image["image"]), obs["image"])
+            assert text["text"].startswith(info["raw_observation"])
+        env._close()
+    assert isinstance(ArlgymTRLEnv("arl/Sokoban-v0").reset(seed=4), str)  # text envs: text
