@@ -20,10 +20,11 @@ def _default_out(env_id: str, policy: str, split: str) -> Path:
 
 
 def _cmd_collect(args: argparse.Namespace) -> int:
-    from arlgym.clikit import env_kwargs_of
+    from arlgym.clikit import check_policy_spec, env_kwargs_of
     from arlgym.core.validation import check_env_kwargs, check_float, check_int
     from arlgym.sft.collect import CollectConfig, collect_sft
 
+    check_policy_spec("--policy", args.policy, "arlgym-sft collect")
     check_int("--workers", args.workers, min=1, allow_none=True)
     if args.workers and args.env_servers:
         from arlgym.errors import ConfigError

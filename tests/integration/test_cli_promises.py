@@ -1,0 +1,219 @@
+"""The README's promises for every command line, checked on every (sub)command there is:
+``--version`` everywhere, one-line mistakes with a did-you-mean drawn from *that* command's own
+options or values and a pointer to its own ``--help``, no silent abbreviations, every default
+shown (zeros included), descriptions true to the defaults.
+
+The walk builds the real parser trees (``arlgym``, ``arlgym-sft``, ``python -m arlgym.rl``), so
+a subcommand added later is checked without a line here."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from arlgym import __version__
+from arlgym.cli import build_parser as arlgym_parser
+from arlgym.clikit import HelpFormatter
+from arlgym.rl.cli import build_parser as train_parser
+from arlgym.sft.cli import build_parser as sft_parser
+
+ROOTS = {"arlgym": arlgym_parser, "arlgym-sft": sft_parser, "arlgym-train": train_parser}
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+
+
+def _tree(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):
+    """(argv prefix that reaches a parser, that parser) for the root and every subcommand."""
+    yield path, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _tree(sub, (*path, name))
+
+
+COMMANDS = [(root, path) for root, build in ROOTS.items() for path, _ in _tree(build())]
+
+
+def _ids(case):
+    return " ".join((case[0], *case[1]))
+
+
+def _parser(root: str, path: tuple[str, ...]) -> argparse.ArgumentParser:
+    return dict(_tree(ROOTS[root]()))[path]
+
+
+def _exit(root: str, argv: list[str], capsys) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as e:
+        ROOTS[root]().parse_args(argv)
+    out, err = capsys.readouterr()
+    return e.value.code, out, err
+
+
+def _own_long_options(parser: argparse.ArgumentParser) -> list[str]:
+    return sorted({o for a in parser._actions for o in a.option_strings
+                   if o.startswith("--") and o not in ("--help", "--version")})
+
+
+def _required_fill(parser: argparse.ArgumentParser) -> list[str] | None:
+    """Values for the parser's required arguments (so the parse reaches the misspelt option),
+    or None where a subcommand is required (that parser's own mistakes are its choices)."""
+    fill: list[str] = []
+    for a in parser._actions:
+        if isinstance(a, argparse._SubParsersAction) or a.nargs == argparse.REMAINDER:
+            return None
+        if not a.required:
+            continue
+        value = str(next(iter(a.choices))) if a.choices else "x"
+        fill += [value] if not a.option_strings else [a.option_strings[0], value]
+    return fill
+
+
+def test_the_walk_covers_every_command_the_issue_names():
+    names = {_ids(c) for c in COMMANDS}
+    for must in ("arlgym", "arlgym eval", "arlgym play", "arlgym envs", "arlgym patterns",
+                 "arlgym quickstart", "arlgym train", "arlgym arena", "arlgym arena run",
+                 "arlgym arena report", "arlgym serve", "arlgym-sft collect",
+                 "arlgym-sft train", "arlgym-sft stats", "arlgym-train"):
+        assert must in names, sorted(names)
+
+
+@pytest.mark.parametrize("case", COMMANDS, ids=_ids)
+def test_version_on_every_command(case, capsys):
+    root, path = case
+    code, out, _ = _exit(root, [*path, "--version"], capsys)
+    assert code == 0
+    assert out == f"{_parser(root, path).prog} {__version__}\n"
+
+
+@pytest.mark.parametrize("case", COMMANDS, ids=_ids)
+def test_help_on_every_command_shows_every_default(case, capsys):
+    root, path = case
+    code, out, _ = _exit(root, [*path, "--help"], capsys)
+    assert code == 0 and out.startswith("usage: ")
+    parser = _parser(root, path)
+    formatter = HelpFormatter(parser.prog)
+    for a in parser._actions:
+        if (not a.option_strings or a.nargs == 0 or a.default is None or a.default is False
+                or a.default is argparse.SUPPRESS or a.default == []):
+            continue  # a flag, or no default to show
+        text = formatter._get_help_string(a)
+        assert "default" in text.lower(), (a.option_strings, a.default, text)
+
+
+@pytest.mark.parametrize("case", COMMANDS, ids=_ids)
+def test_a_misspelt_option_is_that_commands_mistake(case, capsys):
+    root, path = case
+    parser = _parser(root, path)
+    own = _own_long_options(parser)
+    fill = _required_fill(parser)
+    if fill is None or not own:
+        pytest.skip("a command of subcommands: its mistakes are its choices (tested below)")
+    option = max(own, key=len)
+    typo = option[:4] + option[5:]  # one letter dropped: --episodes -> --epsodes
+    code, out, err = _exit(root, [*path, *fill, typo], capsys)
+    assert code == 2 and out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith(f"{parser.prog}: error: unrecognized arguments: {typo}")
+    assert lines[0].endswith(f"See `{parser.prog} --help`")
+    suggested = re.search(r"did you mean '([^']+)'", lines[0])
+    assert suggested and suggested.group(1) in own, lines[0]
+
+    # abbreviations are off: a prefix of an option is a mistake, not that option
+    prefix = next((o[:-1] for o in own if o[:-1] not in own and len(o) > 4), None)
+    if prefix:
+        code, _, err = _exit(root, [*path, *fill, prefix, "1"], capsys)
+        assert code == 2 and "unrecognized arguments" in err and "did you mean" in err
+
+
+def test_did_you_mean_never_names_another_commands_option(capsys):
+    # serve has no --episodes; train has --test-episodes but no --episodes
+    _, _, err = _exit("arlgym", ["serve", "--episods"], capsys)
+    assert "--episodes" not in err and "See `arlgym serve --help`" in err
+    _, _, err = _exit("arlgym", ["train", "--episods"], capsys)
+    assert "'--episodes'" not in err and "See `arlgym train --help`" in err
+    _, _, err = _exit("arlgym", ["train", "--max-step", "3"], capsys)
+    assert "did you mean '--max-steps'" in err
+
+
+@pytest.mark.parametrize("argv, guess", [
+    (["trian"], "train"),
+    (["arena", "rn"], "run"),
+    (["arena", "run", "--algos", "grpo,sampoo"], "sampo"),
+    (["arena", "report", "x", "--checkpoint", "bset"], "best"),
+])
+def test_a_misspelt_choice_gets_a_did_you_mean(argv, guess, capsys):
+    code, _, err = _exit("arlgym", argv, capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert f"did you mean '{guess}'" in err and err.strip().endswith("--help`")
+
+
+def _cli(*args: str, module: str = "arlgym.cli") -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True,
+                          timeout=300, env=ENV)
+
+
+@pytest.mark.parametrize("argv, wants", [
+    (["play", "arl/Sokoban-v0", "--policy", "rando"], ["did you mean 'random'", "See `arlgym play --help`"]),
+    (["eval", "--env", "arl/Sokoban-v0", "--policy", "expret"], ["did you mean 'expert'"]),
+    (["quickstart", "--teacher", "foo"], ["greedy", "expert", "slips:<p>:greedy|expert"]),
+    (["quickstart", "--teacher", "expret"], ["did you mean 'expert'"]),
+    (["quickstart", "--rl-algos", "grpo,sampoo"], ["did you mean 'sampo'"]),
+    (["play", "arl/Sokobn-v0"], ["did you mean 'arl/Sokoban-v0'"]),
+])
+def test_a_misspelt_value_is_one_short_line(argv, wants):
+    proc = _cli(*argv)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and len(lines[0]) < 400, proc.stderr
+    assert lines[0].startswith(f"arlgym {argv[0]}: error: ")
+    for want in wants:
+        assert want in lines[0], lines[0]
+
+
+def test_sft_collect_policy_mistake_is_one_line(tmp_path):
+    proc = _cli("collect", "--policy", "gredy", "--out", str(tmp_path / "d"), module="arlgym.sft.cli")
+    assert proc.returncode == 2 and "did you mean 'greedy'" in proc.stderr
+    assert not (tmp_path / "d").exists()  # refused before anything was written
+
+
+def test_version_through_the_real_commands():
+    for module, argv, prog in (("arlgym.cli", ["eval", "--version"], "arlgym eval"),
+                               ("arlgym.cli", ["arena", "run", "--version"], "arlgym arena run"),
+                               ("arlgym.sft.cli", ["collect", "--version"], "arlgym-sft collect")):
+        proc = _cli(*argv, module=module)
+        assert proc.returncode == 0 and proc.stdout == f"{prog} {__version__}\n", proc.stderr
+
+
+def test_quickstart_help_is_true_to_its_defaults():
+    from arlgym.quickstart import QuickstartConfig
+
+    d = QuickstartConfig()
+    parser = _parser("arlgym", ("quickstart",))
+    text = " ".join(parser.description.split())
+    assert f"{d.episodes} Sokoban episodes" in text and f"{d.eval_episodes} held-out rooms" in text
+    p = float(d.teacher.split(":")[1])
+    assert f"{p:.0%}" in text and "75%" not in text
+    assert ("validation rooms" in text) == bool(d.rl_val_episodes)
+    assert ("won episodes" in text) == (d.demos == "won")
+    fields = {f.name for f in dataclasses.fields(QuickstartConfig)}
+    checked = 0
+    for a in parser._actions:
+        if a.dest not in fields or not a.help or "default:" not in a.help:
+            continue
+        said = a.help.split("default:")[1].strip().split()[0].rstrip(";,):")
+        value = getattr(d, a.dest)
+        if isinstance(value, tuple):
+            value = ",".join(value)
+        try:
+            same = float(said) == float(value)
+        except (TypeError, ValueError):
+            same = said == str(value).lower()
+        assert same, (a.dest, said, value)
+        checked += 1
+    assert checked >= 15
