@@ -28,7 +28,7 @@ from typing import Any
 from arlgym.errors import ConfigError
 
 __all__ = ["ArgumentParser", "HelpFormatter", "canonical_option", "add_version", "add_env_kwargs",
-           "env_kwargs_of", "check_policy_spec", "preset_list", "invoked_prog"]
+           "env_kwargs_of", "check_policy_spec", "preset_list", "invoked_prog", "port_number", "host_name"]
 
 
 def canonical_option(token: str) -> str:
@@ -185,6 +185,47 @@ def check_policy_spec(flag: str, spec: Any, prog: str) -> None:
     guess = did_you_mean(kind if sep else text, plain + kinds) if text else ""
     raise UnknownPolicyError(f"{flag} {spec!r} is an unknown policy spec{guess}; valid specs: "
                              f"{', '.join(POLICY_KINDS)}. See `{prog} --help`")
+
+
+def port_number(text: str) -> int:
+    """``--port``: an integer in 0..65535 (0: any free port), checked at parse time, so a bad
+    one is one line and exit 2, not an ``OverflowError`` from the socket."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number: give an integer in "
+                                         "0..65535 (0: any free port), e.g. --port 8000") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is out of range: a port is 0..65535 (0: any "
+                                         "free port), e.g. --port 8000")
+    return port
+
+
+_HOSTNAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+                       r"(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$")
+
+
+def host_name(text: str) -> str:
+    """``--host``: an IP address or a host name to listen on, checked at parse time; a URL or a
+    ``host:port`` is named as such (the port has its own option)."""
+    import ipaddress
+
+    host = text.strip()
+    try:
+        ipaddress.ip_address(host)
+        return host
+    except ValueError:
+        pass
+    if _HOSTNAME.match(host):
+        return host
+    if "://" in host:
+        why = "a URL, not an address"
+    elif host.count(":") == 1 and host.rsplit(":", 1)[1].isdigit():
+        why = "an address with a port; give the port as --port"
+    else:
+        why = "not an IP address or host name"
+    raise argparse.ArgumentTypeError(f"{text!r} is {why}: e.g. --host 127.0.0.1 (this machine "
+                                     "only) or --host 0.0.0.0 (every interface)")
 
 
 def add_env_kwargs(p: argparse.ArgumentParser, *, json_default: bool = False) -> None:

@@ -217,3 +217,34 @@ def test_quickstart_help_is_true_to_its_defaults():
         assert same, (a.dest, said, value)
         checked += 1
     assert checked >= 15
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["serve", "--port", "-5"], "--port"), (["serve", "--port", "70000"], "--port"),
+    (["serve", "--port", "80a"], "--port"), (["serve", "--host", "http://0.0.0.0:8000"], "--host"),
+    (["serve", "--host", "localhost:8000"], "--host"),
+    (["webshop", "serve", "--port", "65536"], "--port"),
+])
+def test_port_and_host_are_checked_in_one_line(argv, flag):
+    proc = _cli(*argv)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert f"argument {flag}:" in lines[0] and lines[0].endswith("--help`")
+
+
+def test_port_bounds_are_accepted(capsys):
+    for port in ("0", "65535"):
+        assert ROOTS["arlgym"]().parse_args(["serve", "--port", port]).port == int(port)
+    assert ROOTS["arlgym"]().parse_args(["serve", "--host", "::1"]).host == "::1"
+
+
+def test_serve_without_its_extra_names_the_command_envs_would(monkeypatch, capsys):
+    from arlgym.cli import main
+    from arlgym.envs.requirements import pip_install
+
+    monkeypatch.setitem(sys.modules, "uvicorn", None)  # find_spec: not installed
+    assert main(["serve", "--env", "arl/Sokoban-v0"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("arlgym serve: error: the env server needs uvicorn")
+    assert err.endswith(pip_install("serve")) and len(err.splitlines()) == 1
