@@ -106,16 +106,23 @@ def _cmd_play(args: argparse.Namespace) -> int:
                               seed=args.seed)
     parallel = 1 if args.policy == "human" else max(1, min(args.batch_size, args.episodes))
     trajs = []
-    with RolloutCollector(args.env, policy, num_tasks=parallel, sampling=sampling,
-                          env_kwargs=env_kwargs, seed=args.seed,
-                          progress=not args.no_progress) as collector:
-        while len(trajs) < args.episodes:
-            batch = collector.collect()
-            trajs.extend(batch[: args.episodes - len(trajs)])
-            if args.policy == "human":
-                t = batch[0]
-                print(f"\nepisode over: {'won' if t.won else 'not won'} in {t.length} steps, "
-                      f"return {t.episode_return:.2f}")
+    # full batches, then one collector the size of the rest: exactly --episodes are played (a
+    # model policy's work is its generate calls). Episode i is room seed + i either way: the
+    # task stream continues across batches, and the rest's collector starts where it stopped.
+    full, rest = divmod(args.episodes, parallel)
+    for size, batches in ((parallel, full), (rest, 1 if rest else 0)):
+        if not batches:
+            continue
+        with RolloutCollector(args.env, policy, num_tasks=size, sampling=sampling,
+                              env_kwargs=env_kwargs, seed=args.seed + len(trajs),
+                              progress=not args.no_progress) as collector:
+            for _ in range(batches):
+                batch = collector.collect()
+                trajs.extend(batch)
+                if args.policy == "human":
+                    t = batch[0]
+                    print(f"\nepisode over: {'won' if t.won else 'not won'} in {t.length} "
+                          f"steps, return {t.episode_return:.2f}")
     print(format_summary(summarize(trajs), f"{policy.name} on {args.env} (train split, seed {args.seed})"))
     return 0
 
@@ -134,14 +141,16 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         out = Path("runs") / "eval" / f"{safe_name(args.env)}__{safe_name(args.policy)}__{args.split}.jsonl"
     sampling = SamplingParams(temperature=args.temperature, max_new_tokens=args.max_new_tokens,
                               seed=args.seed)
+    from arlgym.rundir import no_trace_on_failure
     from arlgym.serve.cli import env_server_kwargs
 
     remote = env_server_kwargs(args.env_servers, "--env-servers")
-    summary, _ = evaluate(args.env, policy, episodes=args.episodes, split=args.split, out=out,
-                          batch_size=args.batch_size, sampling=sampling,
-                          env_kwargs=env_kwargs_of(args),
-                          samples_per_task=args.samples_per_task, progress=not args.no_progress,
-                          **remote)
+    with no_trace_on_failure(out, sidecars=(".settings.json",)):
+        summary, _ = evaluate(args.env, policy, episodes=args.episodes, split=args.split,
+                              out=out, batch_size=args.batch_size, sampling=sampling,
+                              env_kwargs=env_kwargs_of(args),
+                              samples_per_task=args.samples_per_task,
+                              progress=not args.no_progress, **remote)
     print(format_summary(summary, f"{args.policy} on {args.env} ({args.split} split)"))
     print(f"episodes: {out}\nsummary:  {Path(out).with_suffix('.summary.json')}")
     return 0

@@ -19,7 +19,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from collections.abc import Iterable, Mapping
+import shutil
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +29,8 @@ from arlgym.errors import ConfigError
 
 __all__ = ["SettingsMismatch", "settings_of", "PLACEMENT_NOT_SETTINGS", "settings_diff", "check_settings",
            "write_settings", "train_settings", "TRAIN_NOT_SETTINGS", "check_train_dir",
-           "record_train_settings", "recorded_train_settings", "train_dir_has_results"]
+           "record_train_settings", "recorded_train_settings", "train_dir_has_results",
+           "no_trace_on_failure"]
 
 #: the record's file name inside an output folder
 SETTINGS_FILE = "settings.json"
@@ -191,3 +194,45 @@ def check_train_dir(cfg: Any, flag: str = "--output_dir") -> bool:
 def record_train_settings(cfg: Any) -> None:
     """Write the run's settings into its ``output_dir`` (before its first step)."""
     write_settings(Path(cfg.output_dir) / SETTINGS_FILE, train_settings(cfg))
+
+
+def _holds_results(path: Path) -> bool:
+    """Whether a path written by a failed call holds anything worth resuming: a non-empty
+    JSONL (episodes, samples, metrics rows) or a checkpoint."""
+    if path.is_file():
+        return path.stat().st_size > 0
+    return (any(f.stat().st_size > 0 for f in path.rglob("*.jsonl") if f.is_file())
+            or any(d.is_dir() and d.name.startswith(("checkpoint", "final", "best"))
+                   for d in path.rglob("*")))
+
+
+@contextmanager
+def no_trace_on_failure(*outputs: str | Path | None, sidecars: Iterable[str] = ()) -> Iterator[None]:
+    """Run a command's work; if it fails, remove the outputs it *created* that hold no results.
+
+    A command writes its settings record (and an empty episodes file) before its first
+    result, so that a rerun can be checked against them. If it then fails before any result
+    (an unreachable env server, a model that does not load), those files would make a later
+    run with other settings refused ("holds episodes of other settings") or read back an empty
+    file as its own. Outputs that existed before the call, and any that hold results (they
+    resume), are left alone.
+
+    Args:
+        outputs: files or folders the command writes; ``None`` entries are ignored.
+        sidecars: suffixes of files next to a removed output file that go with it (its
+            settings record, e.g. ``".settings.json"``).
+    """
+    fresh = [Path(o) for o in outputs if o is not None and not Path(o).exists()]
+    try:
+        yield
+    except BaseException:
+        for path in fresh:
+            if not path.exists() or _holds_results(path):
+                continue
+            if path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+                for suffix in sidecars:
+                    path.with_suffix(suffix).unlink(missing_ok=True)
+        raise

@@ -146,11 +146,13 @@ def run_training(make_config: Any, prog: str = PROG) -> int:
 
         check_train_dir(cfg)  # a folder holding a run of other settings: refused before any work
         from arlgym.rl.trainer import Trainer  # checks the env kwargs before it loads a model
+        from arlgym.rundir import no_trace_on_failure
 
-        trainer = Trainer(cfg)
-        if trainer.accelerator.is_main_process:
-            record_train_settings(cfg)
-        history = trainer.train()
+        with no_trace_on_failure(cfg.output_dir):
+            trainer = Trainer(cfg)
+            if trainer.accelerator.is_main_process:
+                record_train_settings(cfg)
+            history = trainer.train()
     except ArlgymError as e:
         print(f"{prog}: error: {' '.join(str(e).split())}", file=sys.stderr)  # one line
         return 2

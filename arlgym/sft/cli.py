@@ -42,7 +42,10 @@ def _cmd_collect(args: argparse.Namespace) -> int:
                         workers=args.workers, env_kwargs=env_kwargs,
                         env_servers=args.env_servers)
     out = Path(args.out) if args.out else _default_out(args.env, args.policy, args.split)
-    stats = collect_sft(cfg, out, progress=not args.no_progress)
+    from arlgym.rundir import no_trace_on_failure
+
+    with no_trace_on_failure(out):
+        stats = collect_sft(cfg, out, progress=not args.no_progress)
     print(f"{stats['samples']} samples from {stats['kept_episodes']}/{stats['episodes']} episodes "
           f"(success {stats['success_rate']:.1%}) -> {out / 'samples.jsonl'}")
     return 0

@@ -248,3 +248,63 @@ def test_serve_without_its_extra_names_the_command_envs_would(monkeypatch, capsy
     err = capsys.readouterr().err.strip()
     assert err.startswith("arlgym serve: error: the env server needs uvicorn")
     assert err.endswith(pip_install("serve")) and len(err.splitlines()) == 1
+
+
+def test_play_plays_exactly_the_episodes_asked_for(monkeypatch, capsys):
+    from arlgym.cli import main
+    from arlgym.rollout import RolloutCollector
+
+    played: list[str] = []
+    real = RolloutCollector.collect
+
+    def counting(self, **kwargs):
+        batch = real(self, **kwargs)
+        played.extend(t.task_id for t in batch)
+        return batch
+
+    monkeypatch.setattr(RolloutCollector, "collect", counting)
+    assert main(["play", "arl/Sokoban-v0", "--episodes", "20", "--batch-size", "16",
+                 "--no-progress"]) == 0
+    split = capsys.readouterr().out
+    assert len(played) == 20 and len(set(played)) == 20  # 16 + 4, not 2 x 16
+    # the same 20 rooms as one batch of 20: the table is the same
+    rooms = list(played)
+    played.clear()
+    assert main(["play", "arl/Sokoban-v0", "--episodes", "20", "--batch-size", "20",
+                 "--no-progress"]) == 0
+    assert played == rooms and capsys.readouterr().out == split
+
+
+UNREACHABLE = "http://127.0.0.1:1"  # a closed port: the command fails after its first writes
+
+
+def test_a_failed_eval_leaves_nothing_behind(tmp_path):
+    out = tmp_path / "ev.jsonl"
+    proc = _cli("eval", "--env", "arl/Sokoban-v0", "--episodes", "2", "--out", str(out),
+                "--env-servers", UNREACHABLE, "--no-progress")
+    assert proc.returncode == 2 and "cannot be reached" in proc.stderr
+    assert list(tmp_path.iterdir()) == []
+    # a later run with other settings is not refused by a record of the failed one
+    proc = _cli("eval", "--env", "arl/Sokoban-v0", "--episodes", "2", "--out", str(out),
+                "--temperature", "0.5", "--policy", "random", "--no-progress")
+    assert proc.returncode == 0, proc.stderr
+    assert len(out.read_text().splitlines()) == 2
+
+
+def test_a_failed_eval_keeps_what_an_earlier_run_wrote(tmp_path):
+    out = tmp_path / "ev.jsonl"
+    assert _cli("eval", "--env", "arl/Sokoban-v0", "--episodes", "2", "--out", str(out),
+                "--no-progress").returncode == 0
+    before = sorted(p.name for p in tmp_path.iterdir())
+    proc = _cli("eval", "--env", "arl/Sokoban-v0", "--episodes", "4", "--out", str(out),
+                "--env-servers", UNREACHABLE, "--no-progress")
+    assert proc.returncode == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+    assert len(out.read_text().splitlines()) == 2
+
+
+def test_a_failed_sft_collect_leaves_no_record(tmp_path):
+    out = tmp_path / "data"
+    proc = _cli("collect", "--episodes", "2", "--out", str(out), "--env-servers", UNREACHABLE,
+                "--no-progress", module="arlgym.sft.cli")
+    assert proc.returncode == 2 and not out.exists()
