@@ -58,6 +58,8 @@ def _cmd_envs(args: argparse.Namespace) -> int:
             continue
         unusable += 1
         print(f"{env_id:24s} NOT usable  needs {', '.join(r.what for r in lacking)}")
+        for why in filter(None, (r.why() for r in lacking)):
+            print(f"{'':24s}             why: {why}")
         for command in install_commands(lacking):
             print(f"{'':24s}             install: {command}")
     if unusable:
