@@ -30,7 +30,7 @@ from arlgym.errors import ConfigError
 __all__ = ["SettingsMismatch", "settings_of", "PLACEMENT_NOT_SETTINGS", "settings_diff", "check_settings",
            "write_settings", "train_settings", "TRAIN_NOT_SETTINGS", "check_train_dir",
            "record_train_settings", "recorded_train_settings", "train_dir_has_results",
-           "no_trace_on_failure"]
+           "no_trace_on_failure", "train_run_status", "prepare_train_rerun"]
 
 #: the record's file name inside an output folder
 SETTINGS_FILE = "settings.json"
@@ -189,6 +189,51 @@ def check_train_dir(cfg: Any, flag: str = "--output_dir") -> bool:
         return False
     return check_settings(folder / SETTINGS_FILE, train_settings(cfg), what="an RL run",
                           flag=flag, folder=folder, old=old)
+
+
+def train_run_status(cfg: Any) -> str:
+    """``"finished"`` (``final/`` and the test evals it asked for exist), ``"partial"`` (a
+    complete checkpoint to continue from) or ``"new"`` — of the run ``cfg`` writes into its
+    ``output_dir`` (the arena's rule for its runs, for a single one)."""
+    folder = Path(cfg.output_dir)
+    evals = folder / "eval"
+    done = (folder / "final").is_dir() and (
+        not cfg.test_episodes or (evals / "test-last.summary.json").exists())
+    if done and cfg.test_episodes and cfg.save_best and (folder / "best" / "best.json").exists():
+        done = (evals / "test-best.summary.json").exists()
+    if done:
+        return "finished"
+    complete = [p for p in (folder / "checkpoints").glob("step-*")
+                if not p.name.endswith(".tmp") and (p / "trainer_state.json").exists()]
+    return "partial" if complete else "new"
+
+
+_LEFT_BY_A_START = ("metrics.jsonl", "collapse.json")
+_DIRS_LEFT_BY_A_START = ("best", "best.tmp", "final", "eval")
+
+
+def prepare_train_rerun(cfg: Any) -> str:
+    """Decide what the same training command does in a folder it already wrote into (after
+    :func:`check_train_dir` found its settings there): returns :func:`train_run_status`, and
+
+    * ``partial``: sets ``cfg.resume`` — the trainer continues from the newest checkpoint and
+      drops the log rows after it, so ``metrics.jsonl`` never holds a step twice;
+    * ``new`` (no checkpoint: killed before its first one): removes what that attempt logged,
+      so its steps are not appended to again from step 1;
+    * ``finished``: changes nothing (the caller says so and does no work).
+    """
+    import shutil
+
+    status = train_run_status(cfg)
+    folder = Path(cfg.output_dir)
+    if status == "partial":
+        cfg.resume = True
+    elif status == "new" and not cfg.resume and folder.is_dir():
+        for name in _LEFT_BY_A_START:
+            (folder / name).unlink(missing_ok=True)
+        for name in _DIRS_LEFT_BY_A_START:
+            shutil.rmtree(folder / name, ignore_errors=True)
+    return status
 
 
 def record_train_settings(cfg: Any) -> None:
