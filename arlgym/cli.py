@@ -7,7 +7,15 @@ import importlib
 import sys
 from typing import Any
 
-from arlgym.clikit import ArgumentParser, add_env_kwargs, add_version, env_kwargs_of
+from arlgym.clikit import (
+    ArgumentParser,
+    add_env_kwargs,
+    add_version,
+    check_policy_spec,
+    env_kwargs_of,
+    invoked_prog,
+    preset_list,
+)
 from arlgym.errors import ArlgymError
 from arlgym.evaluation.decodings import is_model_policy
 
@@ -51,6 +59,8 @@ def _cmd_envs(args: argparse.Namespace) -> int:
             continue
         unusable += 1
         print(f"{env_id:24s} NOT usable  needs {', '.join(r.what for r in lacking)}")
+        for why in filter(None, (r.why() for r in lacking)):
+            print(f"{'':24s}             why: {why}")
         for command in install_commands(lacking):
             print(f"{'':24s}             install: {command}")
     if unusable:
@@ -70,12 +80,13 @@ def _check_common(args: argparse.Namespace) -> None:
     check_int("--seed", args.seed, min=0)
 
 
-def _policy(spec: str, seed: int):
+def _policy(spec: str, seed: int, prog: str = "arlgym"):
     """The policy a spec names; ``--seed`` seeds the random policy's own RNG too, so a random
     baseline is reproducible like everything else (model policies take it per request)."""
     from arlgym.errors import ConfigError
     from arlgym.policies.spec import seeded_policy
 
+    check_policy_spec("--policy", spec, prog)
     if spec == "human" and (sys.stdin is None or sys.stdin.closed):
         raise ConfigError("--policy human reads moves from standard input, which is closed. Fix: "
                           "run it in a terminal, or pipe one move per line into it")
@@ -89,7 +100,7 @@ def _cmd_play(args: argparse.Namespace) -> int:
     from arlgym.rollout import RolloutCollector
 
     _check_common(args)
-    policy = _policy(args.policy, args.seed)
+    policy = _policy(args.policy, args.seed, f"arlgym {args.command}")
     env_kwargs = env_kwargs_of(args)
     check_env_kwargs(args.env, env_kwargs, name="--env-kwarg")
     if args.policy == "human":
@@ -98,16 +109,23 @@ def _cmd_play(args: argparse.Namespace) -> int:
                               seed=args.seed)
     parallel = 1 if args.policy == "human" else max(1, min(args.batch_size, args.episodes))
     trajs = []
-    with RolloutCollector(args.env, policy, num_tasks=parallel, sampling=sampling,
-                          env_kwargs=env_kwargs, seed=args.seed,
-                          progress=not args.no_progress) as collector:
-        while len(trajs) < args.episodes:
-            batch = collector.collect()
-            trajs.extend(batch[: args.episodes - len(trajs)])
-            if args.policy == "human":
-                t = batch[0]
-                print(f"\nepisode over: {'won' if t.won else 'not won'} in {t.length} steps, "
-                      f"return {t.episode_return:.2f}")
+    # full batches, then one collector the size of the rest: exactly --episodes are played (a
+    # model policy's work is its generate calls). Episode i is room seed + i either way: the
+    # task stream continues across batches, and the rest's collector starts where it stopped.
+    full, rest = divmod(args.episodes, parallel)
+    for size, batches in ((parallel, full), (rest, 1 if rest else 0)):
+        if not batches:
+            continue
+        with RolloutCollector(args.env, policy, num_tasks=size, sampling=sampling,
+                              env_kwargs=env_kwargs, seed=args.seed + len(trajs),
+                              progress=not args.no_progress) as collector:
+            for _ in range(batches):
+                batch = collector.collect()
+                trajs.extend(batch)
+                if args.policy == "human":
+                    t = batch[0]
+                    print(f"\nepisode over: {'won' if t.won else 'not won'} in {t.length} "
+                          f"steps, return {t.episode_return:.2f}")
     print(format_summary(summarize(trajs), f"{policy.name} on {args.env} (train split, seed {args.seed})"))
     return 0
 
@@ -120,20 +138,22 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     from arlgym.policies import SamplingParams
 
     _check_common(args)
-    policy = _policy(args.policy, args.seed)
+    policy = _policy(args.policy, args.seed, f"arlgym {args.command}")
     out = args.out
     if out is None:
         out = Path("runs") / "eval" / f"{safe_name(args.env)}__{safe_name(args.policy)}__{args.split}.jsonl"
     sampling = SamplingParams(temperature=args.temperature, max_new_tokens=args.max_new_tokens,
                               seed=args.seed)
+    from arlgym.rundir import no_trace_on_failure
     from arlgym.serve.cli import env_server_kwargs
 
     remote = env_server_kwargs(args.env_servers, "--env-servers")
-    summary, _ = evaluate(args.env, policy, episodes=args.episodes, split=args.split, out=out,
-                          batch_size=args.batch_size, sampling=sampling,
-                          env_kwargs=env_kwargs_of(args),
-                          samples_per_task=args.samples_per_task, progress=not args.no_progress,
-                          **remote)
+    with no_trace_on_failure(out, sidecars=(".settings.json",)):
+        summary, _ = evaluate(args.env, policy, episodes=args.episodes, split=args.split,
+                              out=out, batch_size=args.batch_size, sampling=sampling,
+                              env_kwargs=env_kwargs_of(args),
+                              samples_per_task=args.samples_per_task,
+                              progress=not args.no_progress, **remote)
     print(format_summary(summary, f"{args.policy} on {args.env} ({args.split} split)"))
     print(f"episodes: {out}\nsummary:  {Path(out).with_suffix('.summary.json')}")
     if args.temperature > 0 and is_model_policy(args.policy) and not args.sampled_only:
@@ -224,14 +244,18 @@ def _check_quickstart(cfg: Any) -> None:
 def _check_teacher(spec: str) -> None:
     """--teacher must name a scripted Sokoban demonstrator: greedy, expert, or either with
     slips (a model would have to be trained first; random moves teach nothing)."""
+    from arlgym.core.validation import did_you_mean
     from arlgym.errors import ConfigError, UnknownPolicyError
     from arlgym.policies.spec import seeded_policy
 
     try:
         base = seeded_policy(spec, 0)
-    except UnknownPolicyError as e:
-        raise ConfigError(f"--teacher {spec!r}: {str(e).splitlines()[0]}. Fix: --teacher greedy, "
-                          "expert, or slips|mistakes:<p>:greedy|expert (e.g. slips:0.75:expert)") from None
+    except UnknownPolicyError:
+        kind = spec.split(":")[0] if isinstance(spec, str) else spec
+        guess = did_you_mean(kind, ("greedy", "expert", "slips", "mistakes"))
+        raise ConfigError(f"--teacher {spec!r} names no teacher{guess}; valid specs: greedy, "
+                          "expert, slips:<p>:greedy|expert, mistakes:<p>:greedy|expert (e.g. "
+                          "slips:0.7:expert). See `arlgym quickstart --help`") from None
     while hasattr(base, "base"):  # slips / mistakes of another policy
         base = base.base
     if getattr(base, "name", None) not in ("greedy", "expert"):
@@ -240,10 +264,42 @@ def _check_teacher(spec: str) -> None:
                           "slips|mistakes:<p>:greedy|expert (e.g. slips:0.75:expert)")
 
 
+def _teacher_text(spec: str) -> str:
+    """``slips:0.7:expert`` -> words for the quickstart's description."""
+    kind, _, rest = spec.partition(":")
+    if kind in ("slips", "mistakes"):
+        p, _, base = rest.partition(":")
+        return (f"the {base} teacher that slips (its plan in the reasoning, a random move instead "
+                f"of the plan's {float(p):.0%} of the time)")
+    return f"the {spec} teacher"
+
+
+def _quickstart_description(d: Any) -> str:
+    """The quickstart's ``--help`` description, built from its defaults so it cannot drift from
+    them (it once named won episodes, 75% slips and a best-on-validation pick, none of which
+    were the defaults)."""
+    demos = "its won episodes" if d.demos == "won" else "all its episodes"
+    algos = " and ".join(a.upper() for a in d.rl_algos)
+    pick = (f"policy at half or at the end, whichever did better on {d.rl_val_episodes} "
+            "validation rooms," if d.rl_val_episodes else "final policy")
+    return (f"The whole pipeline offline on CPU: play {d.episodes} Sokoban episodes "
+            f"({d.room_size}x{d.room_size} rooms, this seed's own training rooms) with "
+            f"{_teacher_text(d.teacher)}, behaviour-clone the tiny model on {demos}, then a small "
+            f"arena from the SFT checkpoint: {algos} side by side with one budget ({d.rl_steps} "
+            f"steps, rollouts at temperature {d.rl_temperature:g}; `arlgym arena run`), each "
+            f"run's {pick} evaluated on the same {d.eval_episodes} held-out rooms (disjoint by "
+            f"content from every training room). Every model row under greedy decoding and the "
+            f"paper's validation sampling ({d.eval_samples} episodes a room); RL's effect as a "
+            f"paired difference against the SFT's best decoding (chosen on "
+            f"{d.choice_episodes} val rooms), SAMPO vs GRPO, vs the teacher, and the collapse "
+            "alarm's verdicts; saves curves.png, report.md and the arena report. --panel val "
+            "measures the whole table on validation rooms, for choosing a design. A rerun with "
+            "the same --out resumes the RL runs.")
+
+
 def _cmd_quickstart(args: argparse.Namespace) -> int:
     from arlgym.errors import ConfigError
     from arlgym.quickstart import CutShort, QuickstartConfig, RLRunFailed, run_quickstart
-    from arlgym.rl.presets import PRESETS
 
     cfg = QuickstartConfig.fast() if args.fast else QuickstartConfig()
     if args.out:
@@ -261,13 +317,7 @@ def _cmd_quickstart(args: argparse.Namespace) -> int:
                               f"{args.eval_samples} (or drop --greedy-eval)")
         cfg.eval_temperature, cfg.eval_samples = 0.0, 1
     if args.rl_algos is not None:
-        algos = tuple(a.strip().lower() for a in args.rl_algos.split(",") if a.strip())
-        bad = [a for a in algos if a not in PRESETS]
-        if not algos or bad:
-            why = f"unknown preset(s) {bad}" if bad else "empty"
-            raise ConfigError(f"--rl-algos {args.rl_algos!r}: {why}; presets: {', '.join(PRESETS)}. "
-                              "Fix: e.g. --rl-algos grpo,sampo")
-        cfg.rl_algos = algos
+        cfg.rl_algos = tuple(preset_list("--rl-algos", args.rl_algos, "arlgym quickstart"))
     _check_quickstart(cfg)
     cfg.allow_short = bool(args.allow_short)
     try:
@@ -334,21 +384,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="PNG path (default: <episodes>.patterns.png)")
     p.set_defaults(func=_cmd_patterns)
 
+    from arlgym.quickstart import QuickstartConfig
+
     p = sub.add_parser("quickstart", help="teacher demos -> SFT -> eval -> GRPO vs SAMPO (arena) -> eval (Sokoban, tiny, CPU)",
-                       description="The whole pipeline offline on CPU: collect every episode "
-                                   "of a Sokoban teacher that slips (the optimal plan in its "
-                                   "reasoning, a random move instead of it 70% of the time) on "
-                                   "this seed's own training rooms, behaviour-clone the tiny "
-                                   "model on them, then a small arena from the SFT checkpoint: "
-                                   "GRPO and SAMPO side by side with one budget (`arlgym arena "
-                                   "run`), each run's final policy evaluated on the same held-out "
-                                   "rooms (disjoint by content from every training room). Every "
-                                   "model row under greedy decoding and the paper's validation "
-                                   "sampling; RL's effect as a paired difference against the "
-                                   "SFT's best decoding (chosen on val rooms), SAMPO vs GRPO, vs "
-                                   "the teacher, and the collapse alarm's verdicts; saves "
-                                   "curves.png, report.md and the arena report. A rerun with the "
-                                   "same --out resumes the RL runs.")
+                       description=_quickstart_description(QuickstartConfig()))
     p.add_argument("--fast", action="store_true", help="tiny settings (CI smoke run, ~1 min)")
     p.add_argument("--out", default=None, help="output folder (default: runs/quickstart)")
     p.add_argument("--episodes", type=int, default=None,
@@ -444,10 +483,10 @@ def run_command(parser: argparse.ArgumentParser, argv: list[str] | None,
         text = str(e)
         if "Traceback (most recent call last)" not in text:  # a user error: one line
             text = " ".join(text.split())
-        print(f"{parser.prog}: error: {text}", file=sys.stderr)
+        print(f"{invoked_prog(parser)}: error: {text}", file=sys.stderr)
         return 2
     except EOFError:  # e.g. --policy human with stdin closed or redirected from /dev/null
-        print(f"{parser.prog}: error: standard input ended while a command waited for input "
+        print(f"{invoked_prog(parser)}: error: standard input ended while a command waited for input "
               "(--policy human reads moves from stdin). Fix: run it in a terminal, or pipe one "
               "move per line into it", file=sys.stderr)
         return 2

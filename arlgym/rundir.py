@@ -19,7 +19,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from collections.abc import Iterable, Mapping
+import shutil
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +29,8 @@ from arlgym.errors import ConfigError
 
 __all__ = ["SettingsMismatch", "settings_of", "PLACEMENT_NOT_SETTINGS", "settings_diff", "check_settings",
            "write_settings", "train_settings", "TRAIN_NOT_SETTINGS", "check_train_dir",
-           "record_train_settings", "recorded_train_settings", "train_dir_has_results"]
+           "record_train_settings", "recorded_train_settings", "train_dir_has_results",
+           "no_trace_on_failure", "train_run_status", "prepare_train_rerun"]
 
 #: the record's file name inside an output folder
 SETTINGS_FILE = "settings.json"
@@ -188,6 +191,93 @@ def check_train_dir(cfg: Any, flag: str = "--output_dir") -> bool:
                           flag=flag, folder=folder, old=old)
 
 
+def train_run_status(cfg: Any) -> str:
+    """``"finished"`` (``final/`` and the test evals it asked for exist), ``"partial"`` (a
+    complete checkpoint to continue from) or ``"new"`` — of the run ``cfg`` writes into its
+    ``output_dir`` (the arena's rule for its runs, for a single one)."""
+    folder = Path(cfg.output_dir)
+    evals = folder / "eval"
+    done = (folder / "final").is_dir() and (
+        not cfg.test_episodes or (evals / "test-last.summary.json").exists())
+    if done and cfg.test_episodes and cfg.save_best and (folder / "best" / "best.json").exists():
+        done = (evals / "test-best.summary.json").exists()
+    if done:
+        return "finished"
+    complete = [p for p in (folder / "checkpoints").glob("step-*")
+                if not p.name.endswith(".tmp") and (p / "trainer_state.json").exists()]
+    return "partial" if complete else "new"
+
+
+_LEFT_BY_A_START = ("metrics.jsonl", "collapse.json")
+_DIRS_LEFT_BY_A_START = ("best", "best.tmp", "final", "eval")
+
+
+def prepare_train_rerun(cfg: Any) -> str:
+    """Decide what the same training command does in a folder it already wrote into (after
+    :func:`check_train_dir` found its settings there): returns :func:`train_run_status`, and
+
+    * ``partial``: sets ``cfg.resume`` — the trainer continues from the newest checkpoint and
+      drops the log rows after it, so ``metrics.jsonl`` never holds a step twice;
+    * ``new`` (no checkpoint: killed before its first one): removes what that attempt logged,
+      so its steps are not appended to again from step 1;
+    * ``finished``: changes nothing (the caller says so and does no work).
+    """
+    import shutil
+
+    status = train_run_status(cfg)
+    folder = Path(cfg.output_dir)
+    if status == "partial":
+        cfg.resume = True
+    elif status == "new" and not cfg.resume and folder.is_dir():
+        for name in _LEFT_BY_A_START:
+            (folder / name).unlink(missing_ok=True)
+        for name in _DIRS_LEFT_BY_A_START:
+            shutil.rmtree(folder / name, ignore_errors=True)
+    return status
+
+
 def record_train_settings(cfg: Any) -> None:
     """Write the run's settings into its ``output_dir`` (before its first step)."""
     write_settings(Path(cfg.output_dir) / SETTINGS_FILE, train_settings(cfg))
+
+
+def _holds_results(path: Path) -> bool:
+    """Whether a path written by a failed call holds anything worth resuming: a non-empty
+    JSONL (episodes, samples, metrics rows) or a checkpoint."""
+    if path.is_file():
+        return path.stat().st_size > 0
+    return (any(f.stat().st_size > 0 for f in path.rglob("*.jsonl") if f.is_file())
+            or any(d.is_dir() and d.name.startswith(("checkpoint", "final", "best"))
+                   for d in path.rglob("*")))
+
+
+@contextmanager
+def no_trace_on_failure(*outputs: str | Path | None, sidecars: Iterable[str] = ()) -> Iterator[None]:
+    """Run a command's work; if it fails, remove the outputs it *created* that hold no results.
+
+    A command writes its settings record (and an empty episodes file) before its first
+    result, so that a rerun can be checked against them. If it then fails before any result
+    (an unreachable env server, a model that does not load), those files would make a later
+    run with other settings refused ("holds episodes of other settings") or read back an empty
+    file as its own. Outputs that existed before the call, and any that hold results (they
+    resume), are left alone.
+
+    Args:
+        outputs: files or folders the command writes; ``None`` entries are ignored.
+        sidecars: suffixes of files next to a removed output file that go with it (its
+            settings record, e.g. ``".settings.json"``).
+    """
+    fresh = [Path(o) for o in outputs if o is not None and not Path(o).exists()]
+    try:
+        yield
+    except BaseException:
+        for path in fresh:
+            if not path.exists() or _holds_results(path):
+                continue
+            if path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+                for suffix in sidecars:
+                    path.with_suffix(suffix).unlink(missing_ok=True)
+        raise

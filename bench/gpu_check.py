@@ -2,6 +2,11 @@
 
     python bench/gpu_check.py --out $OUT            # on the device (about 5 min)
     python bench/gpu_check.py --smoke --out /tmp/g  # on CPU: every section at toy sizes (CI test)
+    python bench/gpu_check.py --dry-run --out /tmp/g  # what a GPU run checks (default on CPU)
+
+Every run writes ``gpu_check.json`` and ``gpu_check.md`` (a table a maintainer can paste) to
+``--out``. ``--dry-run`` runs nothing: it lists every GPU path the docs promise (:data:`CHECKS`),
+what each compares and when it passes, and which of them this script runs today.
 
 Sections (each timed; a failure is recorded and the next section still runs; results in
 ``gpu_check.json``, a table on stdout):
@@ -172,6 +177,98 @@ def vllm_trainer(work: Path, smoke: bool) -> dict[str, Any]:
             "step_s": [round(m["time/step_s"], 2) for m in log]}
 
 
+#: Every GPU path the docs promise, in the order one device run would check them. ``section``:
+#: the function of this script that runs it, or None where it is planned but not written yet
+#: (a dry run says so, rather than letting a report imply it was checked).
+CHECKS: list[dict[str, Any]] = [
+    {"name": "bf16_step", "section": "bf16_step",
+     "what": "SAMPO steps of a random-init Qwen3-shaped ~0.45B model on Sokoban through the real "
+             "trainer, bf16 autocast, gradient checkpointing",
+     "passes_if": "finite loss; rollout/trainer log-prob gap < 0.1; reports step time, "
+                  "training tokens/s and peak GPU memory", "needs": "1 GPU"},
+    {"name": "vllm_parity", "section": "vllm_parity",
+     "what": "colocated vLLM rollouts: the engine's log-probs against the learner's HF forward; "
+             "an unchanged weight sync, then a perturbed one",
+     "passes_if": "gap < 1e-4 (fp32); unchanged sync leaves tokens and log-probs identical; the "
+                  "engine follows perturbed weights", "needs": "1 GPU, vllm"},
+    {"name": "vllm_trainer", "section": "vllm_trainer",
+     "what": "3 SAMPO steps with rollout_engine vllm (colocated): every weight sync lands",
+     "passes_if": "rollout/logprob_abs_diff_max < 1e-3 at every step", "needs": "1 GPU, vllm"},
+    {"name": "vllm_server_pushes", "section": None,
+     "what": "rollout_engine vllm_server against a local `trl vllm-serve`: weight pushes after "
+             "each step, log-probs vs the learner's",
+     "passes_if": "log-prob gap after each push as small as the colocated engine's",
+     "needs": "1 GPU (server and learner share it), vllm, trl"},
+    {"name": "async_vllm_workers", "section": None,
+     "what": "async_rollouts with vLLM rollout workers, max_staleness 1: staleness and "
+             "rollout_correction metrics over a few steps",
+     "passes_if": "staleness <= max_staleness; finite loss; weight version advances",
+     "needs": "1 GPU, vllm"},
+    {"name": "lora_pushes", "section": None,
+     "what": "LoRA training (lora_r > 0) with a vLLM engine: merged-adapter pushes",
+     "passes_if": "engine log-probs follow the merged weights (gap < 1e-3 after each push)",
+     "needs": "1 GPU, vllm, peft"},
+    {"name": "fused_logprobs_v151936", "section": None,
+     "what": "the fused (chunked, Triton) log-prob kernel at V = 151,936 against the "
+             "materialized logits path, bf16, a 4k-token batch",
+     "passes_if": "max |difference| < 1e-2 in bf16; reports both paths' time and peak memory",
+     "needs": "1 GPU"},
+    {"name": "sampo_alfworld_smollm2", "section": None,
+     "what": "2-step SAMPO on ALFWorld with SmolLM2-135M (the installed weights), bf16",
+     "passes_if": "2 steps, finite loss; reports tokens/s and peak memory",
+     "needs": "1 GPU, alfworld"},
+    {"name": "sampo_webshop_smollm2", "section": None,
+     "what": "2-step SAMPO on WebShop with SmolLM2-135M, bf16",
+     "passes_if": "2 steps, finite loss; reports tokens/s and peak memory",
+     "needs": "1 GPU, webshop"},
+    {"name": "sampo_qwen2.5_1.5b_shapes", "section": None,
+     "what": "2-step SAMPO on ALFWorld and WebShop with a randomly initialised model of "
+             "Qwen2.5-1.5B's shapes (no hub download on the device), bf16",
+     "passes_if": "2 steps each, finite loss; reports tokens/s and peak memory",
+     "needs": "1 GPU, alfworld, webshop"},
+    {"name": "sampo_qwen3_4b_shapes", "section": None,
+     "what": "2-step SAMPO on ALFWorld and WebShop with a randomly initialised model of "
+             "Qwen3-4B's shapes, bf16, gradient checkpointing",
+     "passes_if": "2 steps each within one H100's 80 GB; reports tokens/s and peak memory",
+     "needs": "1 GPU (80 GB), alfworld, webshop"},
+    {"name": "nccl_fsdp2_zero", "section": None,
+     "what": "NCCL weight pushes and FSDP2 / ZeRO sharding across processes",
+     "passes_if": "the same loss curve as one process",
+     "needs": "2+ GPUs (not on a one-GPU lease)"},
+]
+
+
+def dry_run(device: str) -> dict[str, Any]:
+    """What a GPU run would check, written as a report; nothing is run."""
+    return {"dry_run": True, "device": device,
+            "checks": [{**c, "runs_today": c["section"] is not None} for c in CHECKS]}
+
+
+def markdown(report: dict[str, Any]) -> str:
+    """The report as one Markdown table a maintainer can paste (docs/scale.md, an issue)."""
+    lines = [f"# gpu_check ({'dry run: nothing was run' if report.get('dry_run') else 'results'})",
+             "", f"device: {report.get('device') or report.get('env', {}).get('device')}", ""]
+    if report.get("dry_run"):
+        lines += ["| check | what it runs | passes if | needs | in this script |",
+                  "|---|---|---|---|---|"]
+        for c in report["checks"]:
+            lines.append(f"| {c['name']} | {c['what']} | {c['passes_if']} | {c['needs']} | "
+                         f"{'yes' if c['runs_today'] else 'planned, not written yet'} |")
+    else:
+        lines += ["| section | result |", "|---|---|"]
+        for name, value in report.items():
+            if name == "env":
+                continue
+            text = json.dumps({k: v for k, v in value.items() if k != "traceback"}, default=str)
+            lines.append(f"| {name} | `{text[:400]}` |")
+    return "\n".join(lines) + "\n"
+
+
+def _write(out: Path, report: dict[str, Any]) -> None:
+    (out / "gpu_check.json").write_text(json.dumps(report, indent=2, default=str))
+    (out / "gpu_check.md").write_text(markdown(report))
+
+
 def _has_vllm() -> bool:
     import importlib.util
 
@@ -183,15 +280,27 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="runs/gpu_check", help="where gpu_check.json goes")
     parser.add_argument("--smoke", action="store_true", help="toy sizes, runs on CPU")
+    parser.add_argument("--dry-run", action="store_true", default=None,
+                        help="list every check and write the plan as the report; run nothing "
+                             "(default: on when no GPU is visible and --smoke is not given)")
     args = parser.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
 
+    device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
+    if args.dry_run or (args.dry_run is None and not args.smoke and device == "cpu"):
+        report = dry_run(device)
+        _write(out, report)
+        for c in report["checks"]:
+            print(f"{c['name']:28s} {'runs' if c['runs_today'] else 'planned':8s} {c['what']}")
+        print(f"dry run on {device}: nothing was run; plan -> {out / 'gpu_check.md'}")
+        return 0
+
     results: dict[str, Any] = {"env": {
         "torch": torch.__version__, "cuda": torch.version.cuda,
-        "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",
+        "device": device,
         "vllm": _vllm_version()}}
     sections = [("bf16_step", bf16_step)]
     sections += [("vllm_parity", vllm_parity), ("vllm_trainer", vllm_trainer)]
@@ -207,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
                 results[name] = {"error": f"{type(e).__name__}: {e}",
                                  "traceback": traceback.format_exc()[-2000:]}
             results[name]["section_s"] = round(time.perf_counter() - t, 1)
-            (out / "gpu_check.json").write_text(json.dumps(results, indent=2, default=str))
+            _write(out, results)
             print(f"{name}: {json.dumps(results[name], default=str)[:600]}", flush=True)
     return 1 if any("error" in r for r in results.values()) else 0
 

@@ -37,6 +37,17 @@ def _seeds(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
 
 
+def _presets(text: str) -> list[str]:
+    """``--algos``: known presets only, a misspelt one named with a did-you-mean at parse time."""
+    from arlgym.clikit import preset_list
+    from arlgym.errors import ConfigError
+
+    try:
+        return preset_list("--algos", text, "arlgym arena run")
+    except ConfigError as e:
+        raise argparse.ArgumentTypeError(str(e).rsplit(". See ", 1)[0]) from None  # error() adds it
+
+
 def _load_base(args: argparse.Namespace) -> dict[str, Any]:
     import yaml
 
@@ -158,7 +169,7 @@ def add_subparser(sub: Any) -> None:
                         "checkpoint, batch, lr, eval panel...), optionally with an `arena:` "
                         "section holding algos/seeds/steps/overrides; e.g. "
                         "configs/arena/sokoban-tiny-cpu.yaml")
-    p.add_argument("--algos", default=None,
+    p.add_argument("--algos", type=_presets, default=None,
                    help="comma-separated presets, e.g. grpo,gspo,cispo,sampo (see "
                         "`arlgym train --help`, --algo)")
     p.add_argument("--seeds", type=_seeds, default=None, help="comma-separated seeds (default: 0)")

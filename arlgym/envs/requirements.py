@@ -40,10 +40,24 @@ def _module(name: str) -> Callable[[], bool]:
     return present
 
 
-def _bwrap() -> bool:
+def _sandbox_problem() -> str | None:
+    """Why the TIR sandbox cannot isolate cells for this interpreter — the very check
+    ``gymnasium.make("arl/TIRMath-v0")`` runs (``isolation_problem``: bubblewrap, the kernel's
+    namespaces, an interpreter a cell's private /tmp would hide) — or ``None``."""
+    from arlgym.envs.tir_math.isolation import isolation_problem
+
+    return isolation_problem(sys.executable)
+
+
+def _sandbox() -> bool:
+    return _sandbox_problem() is None
+
+
+def _sandbox_fix() -> str | None:
+    """What a missing sandbox needs when installing bubblewrap is not the fix."""
     from arlgym.envs.tir_math.isolation import find_bwrap
 
-    return find_bwrap() is not None
+    return None if find_bwrap() is None else _sandbox_problem()
 
 
 def _chromium() -> bool:
@@ -65,6 +79,12 @@ class Requirement:
     present: Callable[[], bool]
     install_extra: str | None = None
     install_command: str | None = None
+    #: when absent: what is wrong where installing is not the fix (its text names the fix)
+    problem: Callable[[], str | None] | None = None
+
+    def why(self) -> str | None:
+        """What is wrong beyond "not installed", if anything (call only when absent)."""
+        return self.problem() if self.problem else None
 
     @property
     def install(self) -> str:
@@ -80,7 +100,7 @@ _BROWSER = (*_WEBSHOP,
             Requirement("Chromium and ChromeDriver", _chromium,
                         install_command="apt-get install chromium chromium-driver"))
 _MATH_VERIFY = Requirement("math-verify (the answer checker)", _module("math_verify"), "math")
-_BWRAP = Requirement("bubblewrap (the code sandbox)", _bwrap, "sandbox")
+_BWRAP = Requirement("bubblewrap (the code sandbox)", _sandbox, "sandbox", problem=_sandbox_fix)
 
 #: env id -> what it needs with its default kwargs
 ENV_REQUIREMENTS: dict[str, tuple[Requirement, ...]] = {
@@ -99,10 +119,11 @@ def missing(env_id: str, skip: tuple[str, ...] = ()) -> list[Requirement]:
 
 
 def install_commands(reqs: list[Requirement]) -> list[str]:
-    """The distinct install commands of ``reqs``, one per extra, in order."""
+    """The distinct install commands of ``reqs``, one per extra, in order (none for one whose
+    :meth:`Requirement.why` says installing is not the fix)."""
     out: list[str] = []
     for r in reqs:
-        if r.install not in out:
+        if r.why() is None and r.install not in out:
             out.append(r.install)
     return out
 
@@ -111,6 +132,10 @@ def require(env_id: str, skip: tuple[str, ...] = (), hint: str = "") -> None:
     """Raise :class:`MissingDependency` naming what ``env_id`` lacks here and how to install it."""
     lacking = missing(env_id, skip)
     if lacking:
+        whys = [w for r in lacking if (w := r.why())]
+        commands = install_commands(lacking)
         raise MissingDependency(
-            f"{env_id} needs {', '.join(r.what for r in lacking)}, not installed here. Fix: "
-            + " && ".join(install_commands(lacking)) + (f" ({hint})" if hint else ""))
+            f"{env_id} needs {', '.join(r.what for r in lacking)}, not usable here"
+            + "".join(f": {w}" for w in whys)
+            + (". Fix: " + " && ".join(commands) if commands else "")
+            + (f" ({hint})" if hint else ""))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 import types
 import typing
@@ -145,12 +146,25 @@ def run_training(make_config: Any, prog: str = PROG) -> int:
         from arlgym.rundir import check_train_dir, record_train_settings
 
         check_train_dir(cfg)  # a folder holding a run of other settings: refused before any work
+        from arlgym.rundir import no_trace_on_failure, prepare_train_rerun
+
+        status = prepare_train_rerun(cfg)  # the same command continues, or says it is finished
+        speaks = os.environ.get("RANK", "0") == "0"  # under accelerate launch: one line, not one a rank
+        if status == "finished":
+            if speaks:
+                print(f"finished: {cfg.output_dir} holds this run, done ({cfg.max_steps} steps); "
+                      "nothing to do. To train again, choose another --output-dir")
+            return 0
+        if status == "partial" and speaks:
+            print(f"continuing the run in {cfg.output_dir} from its newest checkpoint",
+                  flush=True)
         from arlgym.rl.trainer import Trainer  # checks the env kwargs before it loads a model
 
-        trainer = Trainer(cfg)
-        if trainer.accelerator.is_main_process:
-            record_train_settings(cfg)
-        history = trainer.train()
+        with no_trace_on_failure(cfg.output_dir):
+            trainer = Trainer(cfg)
+            if trainer.accelerator.is_main_process:
+                record_train_settings(cfg)
+            history = trainer.train()
     except ArlgymError as e:
         print(f"{prog}: error: {' '.join(str(e).split())}", file=sys.stderr)  # one line
         return 2

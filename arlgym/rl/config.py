@@ -41,9 +41,12 @@ class TrainConfig:
                                "CPU: their matrices are too small to split, and on busy cores "
                                "extra threads stall each other at every barrier.")
     resume: bool = _f(False, "Continue from the newest checkpoint in output_dir.")
-    save_steps: int = _f(0, "Checkpoint every N steps (0: only at the end).")
-    save_total_limit: int = _f(0, "Keep only the newest N checkpoints (0: all). With "
-                                  "stop_on_collapse keep enough to reach back before a collapse.")
+    save_steps: int = _f(1, "Checkpoint every N steps (0: only at the end). Every step by "
+                            "default, so a killed run loses at most the step it was in and the "
+                            "same command continues it.")
+    save_total_limit: int = _f(-1, "Keep only the newest N checkpoints (0: all; -1: auto, the "
+                                   "newest one, or all with stop_on_collapse, which reaches back "
+                                   "before a collapse).")
     eval_steps: int = _f(0, "Eval on the fixed eval list every N steps (0: off); greedy unless "
                                 "eval_temperature is set.")
     eval_episodes: int = _f(100, "Episodes of the periodic eval (the eval_split task list).")
@@ -200,6 +203,15 @@ class TrainConfig:
     loss_kwargs: dict = _f({}, "Extra loss knobs, e.g. {\"sapo_tau_pos\": 1.0} (override preset).")
     advantage_kwargs: dict = _f({}, "Extra advantage knobs, e.g. {\"cross_steps\": true}.")
 
+    @property
+    def checkpoints_kept(self) -> int:
+        """``save_total_limit`` resolved (0: all): -1 keeps the newest checkpoint, which is all
+        a resume needs, or all of them with ``stop_on_collapse``, which reloads the last one
+        saved before a collapse began."""
+        if self.save_total_limit >= 0:
+            return self.save_total_limit
+        return 0 if self.stop_on_collapse else 1
+
     def __post_init__(self) -> None:
         _check_fields(self)  # types, ranges and names of every field, before anything loads
         if self.max_steps < 0:
@@ -278,7 +290,7 @@ class TrainConfig:
 #: ``(min, max)`` inclusive; ``"gt0"``: > 0. Fields not listed only get their type checked.
 _RANGES: dict[str, Any] = {
     "seed": (0, None), "max_steps": (0, None), "max_minutes": (0, None), "torch_threads": (0, None),
-    "save_steps": (0, None), "save_total_limit": (0, None), "eval_steps": (0, None),
+    "save_steps": (0, None), "save_total_limit": (-1, None), "eval_steps": (0, None),
     "eval_episodes": (1, None), "test_episodes": (0, None), "vllm_max_model_len": (0, None),
     "num_tasks": (1, None), "group_size": (1, None), "temperature": (0, None),
     "top_p": (0, 1), "top_k": (0, None), "max_new_tokens": (1, None),

@@ -384,8 +384,8 @@ class Trainer:
         if self.accelerator.is_main_process:
             shutil.rmtree(path, ignore_errors=True)
             tmp.rename(path)
-            if self.cfg.save_total_limit:
-                for old in self.checkpoints()[: -self.cfg.save_total_limit]:
+            if self.cfg.checkpoints_kept:
+                for old in self.checkpoints()[: -self.cfg.checkpoints_kept]:
                     shutil.rmtree(old, ignore_errors=True)
         self.accelerator.wait_for_everyone()
         return path

@@ -58,6 +58,20 @@ def parse_env_kwargs(env_ids: list[str], pairs: list[str]) -> dict[str, dict]:
     return out
 
 
+def _require_serve_extra() -> None:
+    """uvicorn and websockets, or one line naming the exact command that installs them into
+    this interpreter (from this checkout when arlgym runs from one), as `arlgym envs` does."""
+    import importlib.util
+
+    from arlgym.envs.requirements import pip_install
+    from arlgym.errors import MissingDependency
+
+    lacking = [m for m in ("uvicorn", "websockets") if importlib.util.find_spec(m) is None]
+    if lacking:
+        raise MissingDependency(f"the env server needs {' and '.join(lacking)}, not installed here "
+                                f"(`make demo` leaves them out). Fix: {pip_install('serve')}")
+
+
 def _serve(args: argparse.Namespace) -> int:
     from arlgym.errors import ConfigError
     from arlgym.serve.server import EnvServer, is_loopback
@@ -67,6 +81,7 @@ def _serve(args: argparse.Namespace) -> int:
                           "`arlgym envs` lists the ids")
     if len(set(args.env)) != len(args.env):
         raise ConfigError(f"--env names an env twice: {args.env}")
+    _require_serve_extra()
     token = args.token if args.token is not None else os.environ.get(TOKEN_VARIABLE) or None
     server = EnvServer(parse_env_kwargs(args.env, args.env_kwarg), host=args.host,
                        port=args.port, token=token, insecure=args.insecure,
@@ -85,6 +100,8 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def add_subparser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    from arlgym.clikit import host_name, port_number
+
     p = subparsers.add_parser(
         "serve", help="serve envs over HTTP/WebSocket (OpenEnv protocol; docs/serving.md)",
         description="Host many sessions of arlgym envs in one server that speaks OpenEnv's "
@@ -95,10 +112,10 @@ def add_subparser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentPa
     p.add_argument("--env-kwarg", action="append", default=[], metavar="[ENV_ID:]KEY=VALUE",
                    help="keyword for gymnasium.make of that env, repeatable "
                         "(e.g. arl/Sokoban-v0:dim_room=7; no prefix with a single --env)")
-    p.add_argument("--host", default="127.0.0.1",
+    p.add_argument("--host", type=host_name, default="127.0.0.1",
                    help="address to listen on (default: 127.0.0.1, this machine only); any "
                         "other needs --token or --insecure")
-    p.add_argument("--port", type=int, default=8000, help="port (default: 8000; 0: any free)")
+    p.add_argument("--port", type=port_number, default=8000, help="port (default: 8000; 0: any free)")
     p.add_argument("--token", default=None,
                    help=f"access token clients must send as 'Authorization: Bearer <token>' "
                         f"(default: ${TOKEN_VARIABLE}, which keeps it out of `ps`)")

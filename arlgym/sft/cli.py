@@ -20,10 +20,11 @@ def _default_out(env_id: str, policy: str, split: str) -> Path:
 
 
 def _cmd_collect(args: argparse.Namespace) -> int:
-    from arlgym.clikit import env_kwargs_of
+    from arlgym.clikit import check_policy_spec, env_kwargs_of
     from arlgym.core.validation import check_env_kwargs, check_float, check_int
     from arlgym.sft.collect import CollectConfig, collect_sft
 
+    check_policy_spec("--policy", args.policy, "arlgym-sft collect")
     check_int("--workers", args.workers, min=1, allow_none=True)
     if args.workers and args.env_servers:
         from arlgym.errors import ConfigError
@@ -41,7 +42,10 @@ def _cmd_collect(args: argparse.Namespace) -> int:
                         workers=args.workers, env_kwargs=env_kwargs,
                         env_servers=args.env_servers)
     out = Path(args.out) if args.out else _default_out(args.env, args.policy, args.split)
-    stats = collect_sft(cfg, out, progress=not args.no_progress)
+    from arlgym.rundir import no_trace_on_failure
+
+    with no_trace_on_failure(out):
+        stats = collect_sft(cfg, out, progress=not args.no_progress)
     print(f"{stats['samples']} samples from {stats['kept_episodes']}/{stats['episodes']} episodes "
           f"(success {stats['success_rate']:.1%}) -> {out / 'samples.jsonl'}")
     return 0

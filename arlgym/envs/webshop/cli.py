@@ -29,6 +29,8 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def add_subparser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    from arlgym.clikit import host_name, port_number
+
     parser = subparsers.add_parser("webshop", help="WebShop tools (serve the site)",
                                    description="WebShop tools.")
     sub = parser.add_subparsers(dest="webshop_command", required=True)
@@ -36,8 +38,8 @@ def add_subparser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentPa
                            description="Serve the WebShop site (the one arl/WebShopBrowser-v0 "
                                        "drives) so a person can shop in a browser; each visit to "
                                        "/ draws a new goal and shows its score after the purchase.")
-    serve.add_argument("--host", default="127.0.0.1", help="address (default: 127.0.0.1)")
-    serve.add_argument("--port", type=int, default=8765, help="port (default: 8765; 0: any free)")
+    serve.add_argument("--host", type=host_name, default="127.0.0.1", help="address (default: 127.0.0.1)")
+    serve.add_argument("--port", type=port_number, default=8765, help="port (default: 8765; 0: any free)")
     serve.add_argument("--split", default="test", help="goal split (default: test)")
     serve.add_argument("--data-dir", default=None, help="WebShop's product files (default: synthetic catalog)")
     serve.add_argument("--num-products", type=int, default=1000, help="synthetic catalog size (default: 1000)")

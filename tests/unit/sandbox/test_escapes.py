@@ -472,7 +472,8 @@ def test_close_stops_the_server_and_leaves_nothing():
 def test_as_an_unprivileged_user(listener):
     """The core checks again, the env itself running as uid 65534 (no setpriv in the launch:
     bwrap runs unprivileged). The interpreter may live where uid 65534 cannot read it (a pyenv
-    under /root): like the launcher, the test stages it in a private mount namespace first."""
+    under /root), and so may the project (a clone under /root, mode 0700): like the launcher,
+    the test stages both in a private mount namespace first, at /mnt<path>."""
     port = listener.getsockname()[1]
     script = (f"""
 import json, os, sys
@@ -497,11 +498,14 @@ box.close()
 """)
     binds = isolation._minimal_binds(isolation._interpreter_paths(sys.executable))
     stage = ["mount -t tmpfs -o mode=755 stage /mnt"] + [
-        f"mkdir -p /mnt{p} && mount --bind {p} /mnt{p}" for p in binds]
-    # uid 65534 runs the staged interpreter; the project is readable as it is
+        f"mkdir -p /mnt{p} && mount --bind {p} /mnt{p}"
+        for p in [*binds, os.path.realpath(PROJECT)]]
+    # uid 65534 runs the staged interpreter and imports the staged project: both readable
+    # wherever they live (their real parents may be closed to uid 65534)
     python = "/mnt" + os.path.realpath(sys.executable)
     site = [p for p in sys.path if p.endswith("site-packages")]
-    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": ":".join([str(PROJECT), *("/mnt" + s for s in site)]),
+    project = "/mnt" + os.path.realpath(PROJECT)
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": ":".join([project, *("/mnt" + s for s in site)]),
            "OMP_NUM_THREADS": "1", "HOME": "/tmp"}
     command = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
                " && ".join(stage) + ' && exec "$@"', "stage", "setpriv", "--reuid=65534",
