@@ -293,7 +293,7 @@ def _quickstart_description(d: Any) -> str:
             f"paired difference against the SFT's best decoding (chosen on "
             f"{d.choice_episodes} val rooms), SAMPO vs GRPO, vs the teacher, and the collapse "
             "alarm's verdicts; saves curves.png, report.md and the arena report. --panel val "
-            "measures the whole table on validation rooms, for choosing a design. A rerun with "
+            "measures the whole table on val rooms, for choosing a design. A rerun with "
             "the same --out resumes the RL runs.")
 
 
