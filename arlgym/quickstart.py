@@ -649,10 +649,10 @@ def _sft_phase(cfg: QuickstartConfig, out: Path, data: Path, same_recipe: bool, 
     print(f"[2/5] behaviour cloning the tiny model: {what}, {sft_threads} "
           f"thread(s){'' if cfg.sft_minutes is None else f', guard {cfg.sft_minutes} min'}")
     # what was measured on an earlier SFT of this folder no longer belongs to the new one
-    for stale in ("eval_sft", "eval_random", "eval_teacher", "eval_sft_greedy",
-                  "choice_sft_greedy", "choice_sft_sampled"):
-        for suffix in (".jsonl", ".summary.json", ".settings.json"):
-            (out / f"{stale}{suffix}").unlink(missing_ok=True)
+    for pattern in ("eval_*.jsonl", "eval_*.summary.json", "eval_*.settings.json",
+                    "choice_*.jsonl", "choice_*.summary.json", "choice_*.settings.json"):
+        for stale in out.glob(pattern):  # every eval of the table: the SFT's, the runs' greedy
+            stale.unlink(missing_ok=True)
     shutil.rmtree(out / "arena", ignore_errors=True)
     (sft_dir / "settings.json").unlink(missing_ok=True)  # trained afresh on purpose
     if sft_threads:
