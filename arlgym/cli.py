@@ -8,7 +8,7 @@ import sys
 from typing import Any
 
 from arlgym.clikit import ArgumentParser, add_env_kwargs, add_version, env_kwargs_of
-from arlgym.errors import ArlgymError
+from arlgym.clirun import run_command, safe_name
 
 __all__ = ["main", "build_parser"]
 
@@ -125,7 +125,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         out = Path("runs") / "eval" / f"{safe_name(args.env)}__{safe_name(args.policy)}__{args.split}.jsonl"
     sampling = SamplingParams(temperature=args.temperature, max_new_tokens=args.max_new_tokens,
                               seed=args.seed)
-    from arlgym.serve.cli import env_server_kwargs
+    from arlgym.core.remote import env_server_kwargs
 
     remote = env_server_kwargs(args.env_servers, "--env-servers")
     summary, _ = evaluate(args.env, policy, episodes=args.episodes, split=args.split, out=out,
@@ -289,7 +289,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--samples-per-task", type=int, default=1,
                    help="episodes per task, for pass@k (default: 1)")
     p.add_argument("--seed", type=int, default=0, help="sampling seed (default: 0)")
-    from arlgym.serve.cli import add_env_servers
+    from arlgym.core.remote import add_env_servers
 
     add_env_servers(p)
     p.set_defaults(func=_cmd_eval)
@@ -395,33 +395,6 @@ def build_parser() -> argparse.ArgumentParser:
             continue
         mod.add_subparser(sub)
     return parser
-
-
-def run_command(parser: argparse.ArgumentParser, argv: list[str] | None,
-                interrupted: str = "interrupted") -> int:
-    """Parse, run ``args.func`` and turn user errors into one line on stderr (exit code 2)."""
-    args = parser.parse_args(argv)
-    try:
-        return int(args.func(args) or 0)
-    except ArlgymError as e:
-        text = str(e)
-        if "Traceback (most recent call last)" not in text:  # a user error: one line
-            text = " ".join(text.split())
-        print(f"{parser.prog}: error: {text}", file=sys.stderr)
-        return 2
-    except EOFError:  # e.g. --policy human with stdin closed or redirected from /dev/null
-        print(f"{parser.prog}: error: standard input ended while a command waited for input "
-              "(--policy human reads moves from stdin). Fix: run it in a terminal, or pipe one "
-              "move per line into it", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print(f"{parser.prog}: {interrupted}", file=sys.stderr)
-        return 130
-
-
-def safe_name(text: str) -> str:
-    """``text`` with every character but letters, digits and ``-_.`` replaced by ``_``."""
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in text)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -20,7 +20,9 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from arlgym.core.validation import did_you_mean
 from arlgym.errors import ConfigError
+from arlgym.version import __version__
 
 __all__ = ["ArgumentParser", "HelpFormatter", "canonical_option", "add_version", "add_env_kwargs",
            "env_kwargs_of"]
@@ -74,8 +76,6 @@ class ArgumentParser(argparse.ArgumentParser):
         the options are listed."""
         hint = ""
         if message.startswith("unrecognized arguments:"):
-            from arlgym.core.validation import did_you_mean
-
             known = _option_strings(self)
             for token in message.split(":", 1)[1].split():
                 if token.startswith("--"):
@@ -102,8 +102,6 @@ def _option_strings(parser: argparse.ArgumentParser) -> set[str]:
 
 
 def add_version(parser: argparse.ArgumentParser) -> None:
-    from arlgym import __version__
-
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
 
 

@@ -37,7 +37,8 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from arlgym.errors import ModelNotFound
+from arlgym.assets.build_tiny_vl import IMAGE_SIZE, PATCH_SIZE, SCALE_FACTOR
+from arlgym.errors import ConfigError, ModelNotFound
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -271,8 +272,6 @@ def tiny_vl_config(tokenizer: PreTrainedTokenizerBase) -> Any:
     """
     from transformers import Idefics3Config
 
-    from arlgym.assets.build_tiny_vl import IMAGE_SIZE, PATCH_SIZE, SCALE_FACTOR
-
     text = tiny_config(len(tokenizer), eos_token_id=tokenizer.eos_token_id,
                        pad_token_id=tokenizer.pad_token_id).to_dict()
     return Idefics3Config(
@@ -310,8 +309,6 @@ def _torch_dtype(dtype: str | torch.dtype | None) -> torch.dtype:
         return dtype
     resolved = getattr(torch, str(dtype).removeprefix("torch."), None)
     if not isinstance(resolved, torch.dtype):
-        from arlgym.errors import ConfigError
-
         raise ConfigError(f"unknown dtype {dtype!r}; use e.g. 'float32', 'bfloat16', 'float16'")
     return resolved
 

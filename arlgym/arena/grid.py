@@ -194,7 +194,7 @@ def check_runs(spec: ArenaSpec, runs: list[RunSpec]) -> None:
     for run in runs:
         if run_status(run) == "new":
             continue
-        old = recorded_train_settings(run.folder)
+        old = recorded_train_settings(run.folder, TrainConfig)
         if old is None:
             continue
         diff = settings_diff(old, train_settings(TrainConfig(**run.config)))

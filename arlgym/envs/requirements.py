@@ -15,7 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from arlgym.errors import MissingDependency
+from arlgym.envs.tir_math.isolation import find_bwrap
+from arlgym.envs.webshop.chrome import find_chrome
+from arlgym.errors import ConfigError, MissingDependency
 
 __all__ = ["Requirement", "ENV_REQUIREMENTS", "missing", "require", "pip_install"]
 
@@ -41,15 +43,10 @@ def _module(name: str) -> Callable[[], bool]:
 
 
 def _bwrap() -> bool:
-    from arlgym.envs.tir_math.isolation import find_bwrap
-
     return find_bwrap() is not None
 
 
 def _chromium() -> bool:
-    from arlgym.envs.webshop.browser import find_chrome
-    from arlgym.errors import ConfigError
-
     try:
         find_chrome()
     except ConfigError:

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from arlgym.core.remote import env_server_kwargs as remote_kwargs
 from arlgym.errors import ConfigError
 from arlgym.rl.config import TrainConfig
 
@@ -185,10 +186,8 @@ def env_seed(seed: int, process_index: int) -> int:
 
 def env_server_kwargs(env_servers: str) -> dict[str, Any]:
     """The collector's ``servers``/``server_token`` for the ``env_servers`` setting (empty: {});
-    each entry is checked to be an http(s) URL by the serve CLI's shared reader."""
-    from arlgym.serve.cli import env_server_kwargs as of_urls
-
-    return of_urls(env_servers, "env_servers")
+    each entry is checked to be an http(s) URL (:func:`arlgym.core.remote.env_server_kwargs`)."""
+    return remote_kwargs(env_servers, "env_servers")
 
 
 def build_collector(cfg: TrainConfig, policy: Any, num_tasks: int, seed: int) -> Any:

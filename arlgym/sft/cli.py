@@ -8,14 +8,13 @@ import sys
 from pathlib import Path
 
 from arlgym.clikit import ArgumentParser, add_env_kwargs, add_version
+from arlgym.clirun import run_command, safe_name
 from arlgym.errors import ArlgymError
 
 __all__ = ["main"]
 
 
 def _default_out(env_id: str, policy: str, split: str) -> Path:
-    from arlgym.cli import safe_name
-
     return Path("sft_data") / f"{safe_name(env_id.removeprefix('arl/'))}__{safe_name(policy)}__{split}"
 
 
@@ -105,7 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-tasks", type=int, default=32,
                    help="task groups played in parallel per batch (default: 32)")
     add_env_kwargs(p)
-    from arlgym.serve.cli import add_env_servers
+    from arlgym.core.remote import add_env_servers
 
     add_env_servers(p)
     p.add_argument("--out", default=None, help="output folder (default: sft_data/<env>__<policy>__<split>)")
@@ -129,8 +128,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from arlgym.cli import run_command
-
     return run_command(build_parser(), argv, "interrupted; rerun the same command to resume")
 
 

@@ -33,6 +33,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from arlgym.core.remote import env_server_kwargs
 from arlgym.errors import ConfigError
 from arlgym.policies.base import Policy, SamplingParams
 from arlgym.rollout import RolloutCollector, Trajectory
@@ -228,8 +229,6 @@ def collect_sft(cfg: CollectConfig, out: str | Path, policy: Policy | None = Non
                               seed=cfg.seed)
     num_groups = cfg.episodes // cfg.group_size
     env_kwargs = dict(cfg.env_kwargs or {})
-    from arlgym.serve.cli import env_server_kwargs
-
     remote = env_server_kwargs(cfg.env_servers, "--env-servers")
     bar = tqdm(total=cfg.episodes, initial=sum(1 for e in episodes if e < cfg.episodes),
                desc=f"collect {cfg.env_id}", unit="ep", disable=not progress)

@@ -60,6 +60,7 @@ from arlgym.envs.alfworld.generator import (
     task_ids,
     write_game,
 )
+from arlgym.envs.requirements import require
 from arlgym.errors import ConfigError, LevelFormatError, TaskNotFound, UnsolvableError
 
 __all__ = ["ALFWorldEnv", "REWARD_WON", "cache_root", "official_root", "load_generated"]
@@ -186,8 +187,6 @@ class ALFWorldEnv(AgentEnv):
         max_steps: int | None = None,
         **kwargs: Any,
     ) -> None:
-        from arlgym.envs.requirements import require
-
         require("arl/ALFWorld-v0")  # at make, not at the first reset
         super().__init__(max_steps=max_steps, **kwargs)
         check_choice("data_source", data_source, ("auto", "generated", "official"),
