@@ -125,7 +125,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         out = Path("runs") / "eval" / f"{safe_name(args.env)}__{safe_name(args.policy)}__{args.split}.jsonl"
     sampling = SamplingParams(temperature=args.temperature, max_new_tokens=args.max_new_tokens,
                               seed=args.seed)
-    from arlgym.core.remote import env_server_kwargs
+    from arlgym.envs.servers import env_server_kwargs
 
     remote = env_server_kwargs(args.env_servers, "--env-servers")
     summary, _ = evaluate(args.env, policy, episodes=args.episodes, split=args.split, out=out,
@@ -289,7 +289,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--samples-per-task", type=int, default=1,
                    help="episodes per task, for pass@k (default: 1)")
     p.add_argument("--seed", type=int, default=0, help="sampling seed (default: 0)")
-    from arlgym.core.remote import add_env_servers
+    from arlgym.envs.servers import add_env_servers
 
     add_env_servers(p)
     p.set_defaults(func=_cmd_eval)

@@ -37,7 +37,6 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from arlgym.assets.build_tiny_vl import IMAGE_SIZE, PATCH_SIZE, SCALE_FACTOR
 from arlgym.errors import ConfigError, ModelNotFound
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -261,6 +260,14 @@ def tiny_config(vocab_size: int, *, eos_token_id: int, pad_token_id: int) -> Any
         eos_token_id=eos_token_id,
         pad_token_id=pad_token_id,
     )
+
+
+#: the ``tiny-vl`` image geometry: a 96-px image (a 6×6 room of 16-px tiles) cut into 8-px
+#: patches, folded 2×2 by the connector's pixel shuffle (the processor in
+#: :mod:`arlgym.assets.build_tiny_vl` resizes to the same size)
+IMAGE_SIZE = 96
+PATCH_SIZE = 8
+SCALE_FACTOR = 2
 
 
 def tiny_vl_config(tokenizer: PreTrainedTokenizerBase) -> Any:

@@ -29,12 +29,11 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from arlgym.models import IMAGE_SIZE, PATCH_SIZE, SCALE_FACTOR
+
 __all__ = ["IMAGE_SIZE", "PATCH_SIZE", "SCALE_FACTOR", "IMAGE_SEQ_LEN", "IMAGE_TOKENS",
            "CHAT_TEMPLATE", "build_processor", "main"]
 
-IMAGE_SIZE = 96
-PATCH_SIZE = 8
-SCALE_FACTOR = 2
 #: image tokens per image: (96 / 8)^2 / 2^2
 IMAGE_SEQ_LEN = (IMAGE_SIZE // PATCH_SIZE) ** 2 // SCALE_FACTOR**2
 IMAGE_TOKENS = ("<fake_token_around_image>", "<image>", "<end_of_utterance>", "<global-img>")

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from arlgym.core.remote import env_server_kwargs as remote_kwargs
+from arlgym.envs.servers import env_server_kwargs as remote_kwargs
 from arlgym.errors import ConfigError
 from arlgym.rl.config import TrainConfig
 
@@ -186,7 +186,7 @@ def env_seed(seed: int, process_index: int) -> int:
 
 def env_server_kwargs(env_servers: str) -> dict[str, Any]:
     """The collector's ``servers``/``server_token`` for the ``env_servers`` setting (empty: {});
-    each entry is checked to be an http(s) URL (:func:`arlgym.core.remote.env_server_kwargs`)."""
+    each entry is checked to be an http(s) URL (:func:`arlgym.envs.servers.env_server_kwargs`)."""
     return remote_kwargs(env_servers, "env_servers")
 
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 import argparse
 import os
 
+from arlgym.core.sockets import serve_until_interrupted
+
 # the env-server options live in a base module (every command that plays envs remotely uses
 # them); re-exported here for code that imported them from this module
-from arlgym.core.remote import TOKEN_VARIABLE, add_env_servers, env_server_kwargs, parse_env_kwargs
-from arlgym.core.sockets import serve_until_interrupted
+from arlgym.envs.servers import TOKEN_VARIABLE, add_env_servers, env_server_kwargs, parse_env_kwargs
 from arlgym.errors import ConfigError
 from arlgym.serve.server import EnvServer, is_loopback
 

@@ -84,7 +84,7 @@ class ArlgymEnvConfig(vf.EnvConfig):
 def make_env(info: dict[str, Any]) -> Any:
     """The episode's env: ``gymnasium.make`` here, or a session on the server."""
     if info.get("server"):
-        from arlgym.core.remote import TOKEN_VARIABLE
+        from arlgym.envs.servers import TOKEN_VARIABLE
         from arlgym.serve.client import RemoteEnv
 
         return RemoteEnv(info["server"], info["env"], info.get("env_kwargs") or {},

@@ -104,7 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-tasks", type=int, default=32,
                    help="task groups played in parallel per batch (default: 32)")
     add_env_kwargs(p)
-    from arlgym.core.remote import add_env_servers
+    from arlgym.envs.servers import add_env_servers
 
     add_env_servers(p)
     p.add_argument("--out", default=None, help="output folder (default: sft_data/<env>__<policy>__<split>)")

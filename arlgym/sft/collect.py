@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from arlgym.core.remote import env_server_kwargs
+from arlgym.envs.servers import env_server_kwargs
 from arlgym.errors import ConfigError
 from arlgym.policies.base import Policy, SamplingParams
 from arlgym.rollout import RolloutCollector, Trajectory

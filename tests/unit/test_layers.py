@@ -162,6 +162,53 @@ def _describe(edges: dict[tuple[str, str], list[str]]) -> str:
                      f"({', '.join(where)})" for (a, b), where in sorted(edges.items()))
 
 
+def package_of(module: str) -> str:
+    """The node a module is drawn as: its subpackage or top-level module (``arlgym`` alone is
+    the package's ``__init__``)."""
+    parts = module.split(".")
+    return "arlgym" if len(parts) == 1 else parts[1]
+
+
+def _implied(edge: tuple[str, str], edges: set[tuple[str, str]]) -> bool:
+    """Whether ``edges`` lead from ``edge``'s source to its target through another node (the
+    drawing leaves such an edge out: the path already shows the dependency)."""
+    start, goal = edge
+    seen, todo = set(), [b for a, b in edges if a == start and b != goal]
+    while todo:
+        node = todo.pop()
+        if node == goal:
+            return True
+        if node not in seen:
+            seen.add(node)
+            todo += [b for a, b in edges if a == node]
+    return False
+
+
+def package_graph(edges: dict[tuple[str, str], list[str]]) -> str:
+    """The import graph between subpackages as a mermaid flowchart, drawn top (the commands)
+    to bottom (errors), one subgraph per layer, an edge implied by a longer path left out;
+    docs/architecture.md shows its output (``python tests/unit/test_layers.py`` prints it)."""
+    nodes: dict[str, int] = {}
+    for module in module_files():
+        nodes[package_of(module)] = layer_of(module)
+    pairs = sorted({(package_of(a), package_of(b)) for a, b in edges
+                    if package_of(a) != package_of(b)},
+                   key=lambda e: (-nodes[e[0]], e[0], -nodes[e[1]], e[1]))
+    lines = ["flowchart TD"]
+    for index in reversed(range(len(LAYERS))):
+        members = sorted(n for n, layer in nodes.items() if layer == index)
+        label = LAYERS[index][0]
+        lines.append(f'  subgraph L{index}["{label}"]')
+        lines += [f"    {n.replace('arlgym', 'api')}[{n}]" for n in members]
+        lines.append("  end")
+    debts = {(package_of(a), package_of(b)) for a, b in ALLOWED_UPWARD}
+    pairs = [e for e in pairs if e in debts or not _implied(e, set(pairs) - debts)]
+    for a, b in pairs:
+        arrow = "-. allowed, to be removed .->" if (a, b) in debts else "-->"
+        lines.append(f"  {a.replace('arlgym', 'api')} {arrow} {b.replace('arlgym', 'api')}")
+    return "\n".join(lines)
+
+
 @pytest.fixture(scope="module")
 def edges() -> dict[tuple[str, str], list[str]]:
     return import_edges()
@@ -171,7 +218,7 @@ def test_the_graph_is_read_from_real_imports(edges):
     # guards the reader itself: known imports of the tree must be among the edges it finds
     assert ("arlgym.core.vector", "arlgym.core.validation") in edges
     assert ("arlgym", "arlgym.core") in edges               # `from arlgym.core import (...)`
-    assert ("arlgym.rl.build", "arlgym.core.remote") in edges  # an import inside a function too
+    assert ("arlgym.sft.train", "arlgym.sft.prefix_sft") in edges  # imported inside a function
     assert len(edges) > 300
 
 
@@ -206,3 +253,7 @@ def test_the_checks_catch_a_cycle_and_an_upward_import():
     fake = {("arlgym.core.a", "arlgym.rl.b"): ["x:1"], ("arlgym.rl.b", "arlgym.core.a"): ["y:2"]}
     assert cycles(fake) == [["arlgym.core.a", "arlgym.rl.b"]]
     assert list(upward_edges(fake)) == [("arlgym.core.a", "arlgym.rl.b")]
+
+
+if __name__ == "__main__":
+    print(package_graph(import_edges()))
