@@ -4,7 +4,7 @@ It plays groups of episodes (``num_tasks`` tasks × ``group_size`` copies) on a
 :func:`~arlgym.core.vector.make_group_vec` vector with one policy. Each turn it prompts only the
 envs whose episode is still running, in one batched ``generate`` call, so finished envs are
 never prompted and model policies batch across all live episodes. Every turn becomes a
-:class:`StepRecord` carrying what the trainer needs (DESIGN.md §5): group ``uid``, ``traj_id``,
+:class:`StepRecord` carrying what the trainer needs (docs/architecture.md, "Data flow"): group ``uid``, ``traj_id``,
 ``step``, ``anchor`` of the state the prompt was made in, rewards, format flags and, for model
 policies, the exact token ids and log-probs that were sampled.
 """

@@ -1,6 +1,6 @@
 """The TIR sandbox's isolation boundary: the one module that decides where model code runs.
 
-(DESIGN.md §8.) :class:`~arlgym.envs.tir_math.sandbox.PythonSandbox` asks it for a fork server
+:class:`~arlgym.envs.tir_math.sandbox.PythonSandbox` asks it for a fork server
 and gets ``(stdout, stderr, status)`` per cell back; how the boundary is built lives here and in
 the per-cell set-up of :mod:`~arlgym.envs.tir_math.forkserver`. The threat model, what is
 contained and what is not: ``docs/security.md``.
