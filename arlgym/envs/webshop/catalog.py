@@ -272,7 +272,11 @@ class _LazySeq(Sequence):
 
 
 class _AsinMap(Mapping):
-    def __init__(self, catalog: SyntheticCatalog) -> None:
+    """A catalog's ``by_asin``: a read-only dict view that builds each product on demand from
+    the catalog's ``index_of`` / ``asin_of`` / ``product`` (the generated and the official
+    catalog alike), so no catalog holds a dict of every product."""
+
+    def __init__(self, catalog: SyntheticCatalog | OfficialCatalog) -> None:
         self._cat = catalog
 
     def __getitem__(self, asin: str) -> Product:
@@ -889,26 +893,6 @@ def _product_row(p: Product) -> list:
             p.price_text]
 
 
-class _StoreAsinMap(Mapping):
-    def __init__(self, catalog: OfficialCatalog) -> None:
-        self._cat = catalog
-
-    def __getitem__(self, asin: str) -> Product:
-        i = self._cat.index_of(asin)
-        if i is None:
-            raise KeyError(asin)
-        return self._cat.product(i)
-
-    def __iter__(self) -> Iterator[str]:
-        return (p.asin for p in self._cat.iter_products())
-
-    def __len__(self) -> int:
-        return len(self._cat.products)
-
-    def __contains__(self, asin: object) -> bool:
-        return isinstance(asin, str) and self._cat.index_of(asin) is not None
-
-
 class OfficialCatalog:
     """WebShop's product files, read from the on-disk store :func:`load_official_catalog` made;
     ``products``, ``goals`` and ``by_asin`` behave as a list, a list and a dict."""
@@ -924,7 +908,7 @@ class OfficialCatalog:
         self.product = lru_cache(maxsize=8192)(self.product)  # type: ignore[method-assign]
         self.products: Sequence[Product] = _LazySeq(int(meta["products"]), self.product)
         self.goals: Sequence[Goal] = _LazySeq(int(meta["goals"]), self.goal)
-        self.by_asin: Mapping[str, Product] = _StoreAsinMap(self)
+        self.by_asin: Mapping[str, Product] = _AsinMap(self)
 
     def _db(self) -> Any:
         import sqlite3
