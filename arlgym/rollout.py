@@ -19,6 +19,7 @@ from typing import Any
 
 from arlgym.core.validation import check_int
 from arlgym.core.vector import GroupVecEnv, WorkerRestarted, make_group_vec
+from arlgym.errors import ConfigError
 from arlgym.policies.base import Policy, SamplingParams, prompt_image, prompt_text
 
 __all__ = [
@@ -166,8 +167,6 @@ def save_jsonl(trajectories: Iterable[Trajectory], path: str | Path, append: boo
 def iter_jsonl(path: str | Path) -> Iterator[Trajectory]:
     """Read trajectories back; a torn line (crash mid-write) is skipped. A file that is not
     UTF-8, or a JSON line that is no trajectory, raises ConfigError naming file and line."""
-    from arlgym.errors import ConfigError
-
     n = 0
     try:
         with Path(path).open(encoding="utf-8") as fh:

@@ -34,6 +34,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from arlgym.errors import ConfigError
+
 __all__ = ["ArlgymTRLEnv", "environment_factory", "seed_dataset"]
 
 
@@ -116,9 +118,6 @@ def environment_factory(env_id: str, env_kwargs: dict[str, Any] | None = None, *
                         token: str | None = None) -> Callable[[], ArlgymTRLEnv]:
     """A zero-argument factory for ``GRPOTrainer(environment_factory=...)``."""
     import gymnasium as gym
-
-    import arlgym  # noqa: F401
-    from arlgym.errors import ConfigError
 
     if env_id not in gym.registry:
         raise ConfigError(f"environment_factory: unknown env id {env_id!r}; see `arlgym envs`")

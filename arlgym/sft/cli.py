@@ -7,8 +7,10 @@ import json
 import sys
 from pathlib import Path
 
-from arlgym.clikit import ArgumentParser, add_env_kwargs, add_version
+from arlgym.clikit import ArgumentParser, add_env_kwargs, add_version, env_kwargs_of
 from arlgym.clirun import run_command, safe_name
+from arlgym.core.validation import check_env_kwargs, check_float, check_int
+from arlgym.envs.servers import add_env_servers
 from arlgym.errors import ArlgymError
 
 __all__ = ["main"]
@@ -19,8 +21,6 @@ def _default_out(env_id: str, policy: str, split: str) -> Path:
 
 
 def _cmd_collect(args: argparse.Namespace) -> int:
-    from arlgym.clikit import env_kwargs_of
-    from arlgym.core.validation import check_env_kwargs, check_float, check_int
     from arlgym.sft.collect import CollectConfig, collect_sft
 
     check_int("--workers", args.workers, min=1, allow_none=True)
@@ -104,8 +104,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-tasks", type=int, default=32,
                    help="task groups played in parallel per batch (default: 32)")
     add_env_kwargs(p)
-    from arlgym.envs.servers import add_env_servers
-
     add_env_servers(p)
     p.add_argument("--out", default=None, help="output folder (default: sft_data/<env>__<policy>__<split>)")
     p.add_argument("--no-progress", action="store_true")

@@ -18,6 +18,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from arlgym.errors import ConfigError, UnsolvableError
+
 if TYPE_CHECKING:
     from arlgym.envs.alfworld.engine import AlfredGame
     from arlgym.envs.alfworld.generator import GeneratedGame
@@ -48,8 +50,6 @@ def generate_split(split: str, num: int, out: str | Path, *, seed: int = 0,
         grammar_template,
         write_game,
     )
-    from arlgym.errors import ConfigError, UnsolvableError
-
     if check not in CHECKS:
         raise ConfigError(f"check must be one of {sorted(CHECKS)}, got {check!r}")
     out = Path(out)

@@ -18,6 +18,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from arlgym.errors import UnsolvableError
+
 __all__ = ["alfworld_config", "write_floor_plan_games", "replay_walkthroughs",
            "run_handcoded_expert"]
 
@@ -57,8 +59,6 @@ def write_floor_plan_games(out: str | Path, floor_plans: Iterable[str], *, seed:
         grammar_template,
         write_game,
     )
-    from arlgym.errors import UnsolvableError
-
     out = Path(out)
     (out / "logic").mkdir(parents=True, exist_ok=True)
     (out / "logic" / "alfred.pddl").write_text(domain_text())

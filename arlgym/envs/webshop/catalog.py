@@ -47,6 +47,7 @@ from typing import Any
 
 import numpy as np
 
+from arlgym.core.validation import check_int
 from arlgym.errors import ConfigError, LevelFormatError
 
 __all__ = ["Product", "Goal", "Catalog", "SyntheticCatalog", "OfficialCatalog", "generate_catalog",
@@ -592,8 +593,6 @@ class SyntheticCatalog:
 def generate_catalog(num_products: int = 1000, seed: int = 0, goals_per_product: int = 2) -> SyntheticCatalog:
     """A synthetic catalog (see :class:`SyntheticCatalog`); the same object for the same
     arguments within a process."""
-    from arlgym.core.validation import check_int
-
     return _synthetic(check_int("num_products", num_products, min=5, max=MAX_PRODUCTS, example=1000),
                       check_int("catalog_seed", seed, min=0, max=2**63 - 1, example=0),
                       check_int("goals_per_product", goals_per_product, min=1, max=2, example=2))

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from arlgym.core.sockets import serve_until_interrupted
+
 __all__ = ["add_subparser"]
 
 
@@ -23,8 +25,6 @@ def _serve(args: argparse.Namespace) -> int:
     print(f"WebShop: {len(catalog.products)} products, {high - low} {args.split} goals. "
           f"Open {server.url}/ (each visit: a new goal; a session "
           f"unused for {args.ttl:g} s is forgotten). Ctrl-C stops.")
-    from arlgym.core.sockets import serve_until_interrupted
-
     return serve_until_interrupted(server.serve_forever)
 
 
