@@ -35,6 +35,8 @@ from typing import Any
 
 from arlgym.arena.alarm import detect_collapse
 from arlgym.errors import ConfigError
+from arlgym.evaluation.patterns import pattern_report, plot_transitions
+from arlgym.evaluation.sankey import plot_sankey_png, sankey_flows, write_sankey_html
 from arlgym.rl import metrics as M
 
 __all__ = ["RunResult", "load_runs", "pick_checkpoint", "build_table", "write_report", "DIMENSIONS", "CURVES",
@@ -397,8 +399,6 @@ def plot_is_analysis(run: RunResult, path: Path) -> Path | None:
 
 def write_flows(runs: Sequence[RunResult], folder: Path, checkpoint: str) -> dict[str, dict[str, str]]:
     """Per method: Sankey HTML + PNG and the transition heat map of its test episodes."""
-    from arlgym.evaluation.patterns import pattern_report, plot_transitions
-    from arlgym.evaluation.sankey import plot_sankey_png, sankey_flows, write_sankey_html
     from arlgym.rollout import load_jsonl
 
     by = defaultdict(list)

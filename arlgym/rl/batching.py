@@ -20,6 +20,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from arlgym.policies.special_tokens import truncate_at
 from arlgym.rl import metrics as M
 from arlgym.rl.logprobs import fused_logprobs, lm_head_passthrough, selective_logprobs
 
@@ -83,8 +84,6 @@ def token_samples(trajectories: Sequence[Any], *,
     (``extra["cut_at_image_slot"]``; :mod:`arlgym.policies.special_tokens`, rule 2), since the
     model would otherwise look for an image that is not there.
     """
-    from arlgym.policies.special_tokens import truncate_at
-
     out: list[TokenSample] = []
     for traj in trajectories:
         ret = float(traj.episode_return)

@@ -18,6 +18,7 @@ import torch
 
 from arlgym.envs.servers import env_server_kwargs as remote_kwargs
 from arlgym.errors import ConfigError
+from arlgym.policies.special_tokens import image_slot_token_ids
 from arlgym.rl.config import TrainConfig
 
 __all__ = ["ModelParts", "check_setup", "resolve_engine", "build_accelerator", "build_model",
@@ -109,7 +110,6 @@ def build_model(cfg: TrainConfig) -> ModelParts:
     The caller seeds the global RNG first: LoRA's adapters are drawn from it.
     """
     from arlgym.models import is_vision_model, load_model_and_tokenizer, load_processor
-    from arlgym.policies.special_tokens import image_slot_token_ids
     from arlgym.rl.logprobs import logit_rows_budget, resolve_lm_head
     from arlgym.rl.lora import apply_lora
 

@@ -48,6 +48,7 @@ from typing import Any
 import numpy as np
 
 from arlgym.core.validation import check_int
+from arlgym.envs.webshop.search import cache_root
 from arlgym.errors import ConfigError, LevelFormatError
 
 __all__ = ["Product", "Goal", "Catalog", "SyntheticCatalog", "OfficialCatalog", "generate_catalog",
@@ -319,8 +320,6 @@ class SyntheticCatalog:
     def _cached_arrays(self) -> dict[str, np.ndarray]:
         """The choice arrays: generated, or read from the disk cache for large catalogs (a
         worker process starts without regenerating 1.18M products)."""
-        from arlgym.envs.webshop.search import cache_root
-
         path = cache_root() / "webshop" / f"{self.fingerprint}-catalog.npz"
         if self.num_products >= 50_000 and path.is_file():
             try:
@@ -748,8 +747,6 @@ def load_official_catalog(products_file: str | Path, instructions_file: str | Pa
     """WebShop's own product and instruction files (see the module docstring), read once into an
     on-disk store (SQLite, under the arlgym cache) that later loads reuse: products and goals are
     read from it when asked for, so memory stays bounded at any file size."""
-    from arlgym.envs.webshop.search import cache_root
-
     products_file, instructions_file = Path(products_file), Path(instructions_file)
     if goal_source not in ("synthetic", "human"):
         raise ConfigError(f"goal_source={goal_source!r} is invalid: expected 'synthetic' or 'human'")
