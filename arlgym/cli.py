@@ -11,12 +11,9 @@ from arlgym.clikit import (
     ArgumentParser,
     add_env_kwargs,
     add_version,
-    check_policy_spec,
     env_kwargs_of,
-    invoked_prog,
-    preset_list,
 )
-from arlgym.errors import ArlgymError
+from arlgym.clirun import run_command, safe_name
 from arlgym.evaluation.decodings import is_model_policy
 
 __all__ = ["main", "build_parser"]
@@ -84,7 +81,7 @@ def _policy(spec: str, seed: int, prog: str = "arlgym"):
     """The policy a spec names; ``--seed`` seeds the random policy's own RNG too, so a random
     baseline is reproducible like everything else (model policies take it per request)."""
     from arlgym.errors import ConfigError
-    from arlgym.policies.spec import seeded_policy
+    from arlgym.policies.spec import check_policy_spec, seeded_policy
 
     check_policy_spec("--policy", spec, prog)
     if spec == "human" and (sys.stdin is None or sys.stdin.closed):
@@ -144,8 +141,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         out = Path("runs") / "eval" / f"{safe_name(args.env)}__{safe_name(args.policy)}__{args.split}.jsonl"
     sampling = SamplingParams(temperature=args.temperature, max_new_tokens=args.max_new_tokens,
                               seed=args.seed)
+    from arlgym.envs.servers import env_server_kwargs
     from arlgym.rundir import no_trace_on_failure
-    from arlgym.serve.cli import env_server_kwargs
 
     remote = env_server_kwargs(args.env_servers, "--env-servers")
     with no_trace_on_failure(out, sidecars=(".settings.json",)):
@@ -317,6 +314,8 @@ def _cmd_quickstart(args: argparse.Namespace) -> int:
                               f"{args.eval_samples} (or drop --greedy-eval)")
         cfg.eval_temperature, cfg.eval_samples = 0.0, 1
     if args.rl_algos is not None:
+        from arlgym.rl.presets import preset_list
+
         cfg.rl_algos = tuple(preset_list("--rl-algos", args.rl_algos, "arlgym quickstart"))
     _check_quickstart(cfg)
     cfg.allow_short = bool(args.allow_short)
@@ -369,7 +368,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sampled-only", action="store_true",
                    help="a model policy at --temperature > 0 is also played greedily on the same "
                         "tasks (<out>.greedy.jsonl) and the two are paired; this skips that")
-    from arlgym.serve.cli import add_env_servers
+    from arlgym.envs.servers import add_env_servers
 
     add_env_servers(p)
     p.set_defaults(func=_cmd_eval)
@@ -471,33 +470,6 @@ def build_parser() -> argparse.ArgumentParser:
             continue
         mod.add_subparser(sub)
     return parser
-
-
-def run_command(parser: argparse.ArgumentParser, argv: list[str] | None,
-                interrupted: str = "interrupted") -> int:
-    """Parse, run ``args.func`` and turn user errors into one line on stderr (exit code 2)."""
-    args = parser.parse_args(argv)
-    try:
-        return int(args.func(args) or 0)
-    except ArlgymError as e:
-        text = str(e)
-        if "Traceback (most recent call last)" not in text:  # a user error: one line
-            text = " ".join(text.split())
-        print(f"{invoked_prog(parser)}: error: {text}", file=sys.stderr)
-        return 2
-    except EOFError:  # e.g. --policy human with stdin closed or redirected from /dev/null
-        print(f"{invoked_prog(parser)}: error: standard input ended while a command waited for input "
-              "(--policy human reads moves from stdin). Fix: run it in a terminal, or pipe one "
-              "move per line into it", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print(f"{parser.prog}: {interrupted}", file=sys.stderr)
-        return 130
-
-
-def safe_name(text: str) -> str:
-    """``text`` with every character but letters, digits and ``-_.`` replaced by ``_``."""
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in text)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -25,10 +25,12 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from arlgym.core.validation import did_you_mean
 from arlgym.errors import ConfigError
+from arlgym.version import __version__
 
 __all__ = ["ArgumentParser", "HelpFormatter", "canonical_option", "add_version", "add_env_kwargs",
-           "env_kwargs_of", "check_policy_spec", "preset_list", "invoked_prog", "port_number", "host_name"]
+           "env_kwargs_of", "invoked_prog", "port_number", "host_name"]
 
 
 def canonical_option(token: str) -> str:
@@ -102,7 +104,6 @@ class ArgumentParser(argparse.ArgumentParser):
     def error(self, message: str) -> Any:
         """One line (no usage dump): the error, a did-you-mean from this (sub)command's own
         options or the argument's choices, and where this command's options are listed."""
-        from arlgym.core.validation import did_you_mean
 
         hint = ""
         if message.startswith("unrecognized arguments:"):
@@ -137,8 +138,6 @@ def add_version(parser: argparse.ArgumentParser) -> None:
     """``--version`` (once: a parser built from a parent that has it keeps the parent's)."""
     if "--version" in parser._option_string_actions:
         return
-    from arlgym import __version__
-
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
 
 
@@ -148,43 +147,6 @@ def invoked_prog(parser: argparse.ArgumentParser) -> str:
     while getattr(parser, "invoked_subcommand", None) is not None:
         parser = parser.invoked_subcommand
     return parser.prog
-
-
-def preset_list(flag: str, text: str, prog: str) -> list[str]:
-    """``"grpo,sampo"`` -> ``["grpo", "sampo"]``; an unknown preset is one line naming it with a
-    did-you-mean and the presets."""
-    from arlgym.core.validation import did_you_mean
-    from arlgym.errors import ConfigError
-    from arlgym.rl.presets import PRESETS
-
-    names = [a.strip().lower() for a in text.split(",") if a.strip()]
-    if not names:
-        raise ConfigError(f"{flag} {text!r} names no preset. Fix: e.g. {flag} grpo,sampo "
-                          f"(presets: {', '.join(PRESETS)})")
-    for name in names:
-        if name not in PRESETS:
-            raise ConfigError(f"{flag} {text!r}: unknown preset {name!r}"
-                              f"{did_you_mean(name, PRESETS)}; presets: {', '.join(PRESETS)}. "
-                              f"See `{prog} --help`")
-    return names
-
-
-def check_policy_spec(flag: str, spec: Any, prog: str) -> None:
-    """A ``--policy`` that names no policy kind: one line with a did-you-mean and the kinds,
-    before anything is built (a model policy's spec is checked when it loads)."""
-    from arlgym.core.validation import did_you_mean
-    from arlgym.errors import UnknownPolicyError
-    from arlgym.policies.spec import POLICY_KINDS
-
-    plain = [k for k in POLICY_KINDS if ":" not in k]
-    kinds = [k.split(":")[0] for k in POLICY_KINDS if ":" in k]
-    text = spec.strip() if isinstance(spec, str) else ""
-    kind, sep, rest = text.partition(":")
-    if text in plain or (sep and rest and kind in kinds):
-        return
-    guess = did_you_mean(kind if sep else text, plain + kinds) if text else ""
-    raise UnknownPolicyError(f"{flag} {spec!r} is an unknown policy spec{guess}; valid specs: "
-                             f"{', '.join(POLICY_KINDS)}. See `{prog} --help`")
 
 
 def port_number(text: str) -> int:

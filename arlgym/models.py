@@ -37,7 +37,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from arlgym.errors import ModelNotFound
+from arlgym.errors import ConfigError, ModelNotFound
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -262,6 +262,14 @@ def tiny_config(vocab_size: int, *, eos_token_id: int, pad_token_id: int) -> Any
     )
 
 
+#: the ``tiny-vl`` image geometry: a 96-px image (a 6×6 room of 16-px tiles) cut into 8-px
+#: patches, folded 2×2 by the connector's pixel shuffle (the processor in
+#: :mod:`arlgym.assets.build_tiny_vl` resizes to the same size)
+IMAGE_SIZE = 96
+PATCH_SIZE = 8
+SCALE_FACTOR = 2
+
+
 def tiny_vl_config(tokenizer: PreTrainedTokenizerBase) -> Any:
     """The ``tiny-vl`` architecture: Idefics3 (SmolVLM's class) around the ``tiny`` text model.
 
@@ -270,8 +278,6 @@ def tiny_vl_config(tokenizer: PreTrainedTokenizerBase) -> Any:
     folds each 2×2 block of patches — one tile — into one of 36 image tokens.
     """
     from transformers import Idefics3Config
-
-    from arlgym.assets.build_tiny_vl import IMAGE_SIZE, PATCH_SIZE, SCALE_FACTOR
 
     text = tiny_config(len(tokenizer), eos_token_id=tokenizer.eos_token_id,
                        pad_token_id=tokenizer.pad_token_id).to_dict()
@@ -310,8 +316,6 @@ def _torch_dtype(dtype: str | torch.dtype | None) -> torch.dtype:
         return dtype
     resolved = getattr(torch, str(dtype).removeprefix("torch."), None)
     if not isinstance(resolved, torch.dtype):
-        from arlgym.errors import ConfigError
-
         raise ConfigError(f"unknown dtype {dtype!r}; use e.g. 'float32', 'bfloat16', 'float16'")
     return resolved
 

@@ -4,7 +4,7 @@ It plays groups of episodes (``num_tasks`` tasks × ``group_size`` copies) on a
 :func:`~arlgym.core.vector.make_group_vec` vector with one policy. Each turn it prompts only the
 envs whose episode is still running, in one batched ``generate`` call, so finished envs are
 never prompted and model policies batch across all live episodes. Every turn becomes a
-:class:`StepRecord` carrying what the trainer needs (DESIGN.md §5): group ``uid``, ``traj_id``,
+:class:`StepRecord` carrying what the trainer needs (docs/architecture.md, "Data flow"): group ``uid``, ``traj_id``,
 ``step``, ``anchor`` of the state the prompt was made in, rewards, format flags and, for model
 policies, the exact token ids and log-probs that were sampled.
 """
@@ -19,6 +19,7 @@ from typing import Any
 
 from arlgym.core.validation import check_int
 from arlgym.core.vector import GroupVecEnv, WorkerRestarted, make_group_vec
+from arlgym.errors import ConfigError
 from arlgym.policies.base import Policy, SamplingParams, prompt_image, prompt_text
 
 __all__ = [
@@ -166,8 +167,6 @@ def save_jsonl(trajectories: Iterable[Trajectory], path: str | Path, append: boo
 def iter_jsonl(path: str | Path) -> Iterator[Trajectory]:
     """Read trajectories back; a torn line (crash mid-write) is skipped. A file that is not
     UTF-8, or a JSON line that is no trajectory, raises ConfigError naming file and line."""
-    from arlgym.errors import ConfigError
-
     n = 0
     try:
         with Path(path).open(encoding="utf-8") as fh:

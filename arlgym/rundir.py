@@ -137,9 +137,12 @@ def train_dir_has_results(folder: str | Path) -> bool:
                                                       "best", "eval"))
 
 
-def recorded_train_settings(folder: str | Path) -> dict[str, Any] | None:
+def recorded_train_settings(folder: str | Path, config_cls: type) -> dict[str, Any] | None:
     """What an RL run folder records of its settings; a folder written before
-    ``settings.json`` existed is read from the trainer's ``config.json``."""
+    ``settings.json`` existed is read from the trainer's ``config.json``. ``config_cls`` (the
+    trainer's config dataclass, :class:`arlgym.rl.config.TrainConfig`) fills in the settings
+    added since the folder was written; it is passed in because this base module sits below
+    the trainer."""
     folder = Path(folder)
     found = read_settings(folder / SETTINGS_FILE)
     if found is None:
@@ -151,7 +154,7 @@ def recorded_train_settings(folder: str | Path) -> dict[str, Any] | None:
     # fields default to the behaviour that existed before them, so such a run continues; a field
     # recorded then and counted as placement or speed since is not compared
     found = {k: v for k, v in found.items() if k not in TRAIN_NOT_SETTINGS}
-    return {**_train_defaults(), **found}
+    return {**_train_defaults(config_cls), **found}
 
 
 def dataclass_defaults(cls: type) -> dict[str, Any]:
@@ -169,11 +172,9 @@ def dataclass_defaults(cls: type) -> dict[str, Any]:
     return values
 
 
-def _train_defaults() -> dict[str, Any]:
-    """TrainConfig's default settings, as :func:`train_settings` records them."""
-    from arlgym.rl.config import TrainConfig
-
-    return settings_of(dataclass_defaults(TrainConfig), TRAIN_NOT_SETTINGS)
+def _train_defaults(config_cls: type) -> dict[str, Any]:
+    """The config dataclass's default settings, as :func:`train_settings` records them."""
+    return settings_of(dataclass_defaults(config_cls), TRAIN_NOT_SETTINGS)
 
 
 def check_train_dir(cfg: Any, flag: str = "--output_dir") -> bool:
@@ -184,7 +185,7 @@ def check_train_dir(cfg: Any, flag: str = "--output_dir") -> bool:
     folder = Path(cfg.output_dir)
     if not train_dir_has_results(folder):
         return False
-    old = recorded_train_settings(folder)
+    old = recorded_train_settings(folder, type(cfg))
     if old is None:
         return False
     return check_settings(folder / SETTINGS_FILE, train_settings(cfg), what="an RL run",

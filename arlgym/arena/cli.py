@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from arlgym.clikit import HelpFormatter
-from arlgym.errors import ConfigError
+from arlgym.errors import ConfigError, ModelNotFound
 
 __all__ = ["add_subparser"]
 
@@ -39,8 +39,8 @@ def _seeds(text: str) -> list[int]:
 
 def _presets(text: str) -> list[str]:
     """``--algos``: known presets only, a misspelt one named with a did-you-mean at parse time."""
-    from arlgym.clikit import preset_list
     from arlgym.errors import ConfigError
+    from arlgym.rl.presets import preset_list
 
     try:
         return preset_list("--algos", text, "arlgym arena run")
@@ -104,7 +104,6 @@ def _spec(args: argparse.Namespace):
 def _check_start_model(name: Any) -> None:
     """The grid's start checkpoint must exist before any run starts: otherwise every run fails
     the same way, one after the other, each in its own log."""
-    from arlgym.errors import ModelNotFound
     from arlgym.models import _pretrained_source
 
     if not isinstance(name, str) or name in ("tiny", "tiny-vl", "smollm2-135m"):

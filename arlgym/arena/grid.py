@@ -33,7 +33,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from arlgym.core.validation import did_you_mean
 from arlgym.errors import ConfigError
+from arlgym.rundir import SettingsMismatch, recorded_train_settings, settings_diff, train_settings
 
 __all__ = ["ArenaSpec", "RunSpec", "plan_runs", "run_status", "run_grid", "parse_override", "parse_value",
            "threads_per_run", "check_runs", "log_tail"]
@@ -110,8 +112,6 @@ class ArenaSpec:
                 raise ConfigError(f"{flag}: {twice} named twice (each run has its own folder)")
         from dataclasses import fields
 
-        from arlgym.core.validation import did_you_mean
-
         known = {f.name for f in fields(TrainConfig)}
         for name, values in [("base", self.base), *self.overrides.items()]:
             for key in values:
@@ -183,18 +183,12 @@ def check_runs(spec: ArenaSpec, runs: list[RunSpec]) -> None:
     afresh, so nothing of theirs is checked. Raises :class:`arlgym.rundir.SettingsMismatch`
     naming every differing setting, before anything is written."""
     from arlgym.rl.config import TrainConfig
-    from arlgym.rundir import (
-        SettingsMismatch,
-        recorded_train_settings,
-        settings_diff,
-        train_settings,
-    )
 
     differing: dict[str, list[str]] = {}
     for run in runs:
         if run_status(run) == "new":
             continue
-        old = recorded_train_settings(run.folder)
+        old = recorded_train_settings(run.folder, TrainConfig)
         if old is None:
             continue
         diff = settings_diff(old, train_settings(TrainConfig(**run.config)))

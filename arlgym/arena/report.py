@@ -35,6 +35,8 @@ from typing import Any
 
 from arlgym.arena.alarm import detect_collapse
 from arlgym.errors import ConfigError
+from arlgym.evaluation.patterns import pattern_report, plot_transitions
+from arlgym.evaluation.sankey import plot_sankey_png, sankey_flows, write_sankey_html
 from arlgym.rl import metrics as M
 
 __all__ = ["RunResult", "load_runs", "pick_checkpoint", "build_table", "write_report", "DIMENSIONS", "CURVES",
@@ -182,9 +184,7 @@ def pick_checkpoint(run: RunResult, checkpoint: str) -> tuple[str, dict[str, Any
     # no test eval: the last periodic (validation) eval, if any
     val = [r for r in run.rows if M.EVAL_SUCCESS in r]
     if val:
-        r = val[-1]
-        return "last (val)", {"success_rate": r[M.EVAL_SUCCESS],
-                              "mean_score": r.get(M.EVAL_SCORE, float("nan"))}
+        return "last (val)", M.summary_of_eval_row(val[-1])
     return "none", None
 
 
@@ -215,14 +215,14 @@ def build_table(runs: Sequence[RunResult], checkpoint: str = "auto") -> dict[str
             if not group:
                 continue
             picks = [pick_checkpoint(r, checkpoint) for r in group]
-            succ = [p[1]["success_rate"] for p in picks if p[1] is not None]
-            score = [p[1].get("mean_score", float("nan")) for p in picks if p[1] is not None]
+            succ = [p[1][M.SUMMARY_SUCCESS_RATE] for p in picks if p[1] is not None]
+            score = [p[1].get(M.SUMMARY_MEAN_SCORE, float("nan")) for p in picks if p[1] is not None]
             m, se = mean_se(succ)
             sm, sse = mean_se(score)
             collapsed = [{"seed": r.seed, "step": r.collapse["step"]} for r in group if r.collapse]
             row["envs"][env] = {
                 "success_mean": m, "success_se": se, "score_mean": sm, "score_se": sse,
-                "per_seed": {r.seed: (p[1] or {}).get("success_rate") for r, p in zip(group, picks, strict=True)},
+                "per_seed": {r.seed: (p[1] or {}).get(M.SUMMARY_SUCCESS_RATE) for r, p in zip(group, picks, strict=True)},
                 "checkpoint": sorted({p[0] for p in picks}),
                 "seeds": [r.seed for r in group], "n_eval": len(succ),
                 "collapsed": collapsed,
@@ -362,7 +362,7 @@ def plot_is_analysis(run: RunResult, path: Path) -> Path | None:
     """Stacked areas of the IS groups' token share and KL share per step (one run)."""
     from arlgym.rl.losses import IS_GROUPS
 
-    rows = [r for r in run.rows if any(k.startswith("is_groups/") for k in r)]
+    rows = [r for r in run.rows if any(k.startswith(M.IS_GROUPS) for k in r)]
     if not rows:
         return None
     import matplotlib
@@ -371,9 +371,9 @@ def plot_is_analysis(run: RunResult, path: Path) -> Path | None:
     import matplotlib.pyplot as plt
     import numpy as np
 
-    steps = [r["step"] for r in rows]
-    tok = np.array([[r.get(f"is_groups/{g}/tokens", 0.0) for r in rows] for g in IS_GROUPS])
-    kl = np.array([[r.get(f"is_groups/{g}/kl", 0.0) for r in rows] for g in IS_GROUPS])
+    steps = [r[M.STEP] for r in rows]
+    tok = np.array([[r.get(M.is_group_key(g, "tokens"), 0.0) for r in rows] for g in IS_GROUPS])
+    kl = np.array([[r.get(M.is_group_key(g, "kl"), 0.0) for r in rows] for g in IS_GROUPS])
     kl_share = kl / np.maximum(kl.sum(axis=0, keepdims=True), 1e-12)
     cmap = matplotlib.colormaps["tab10"]
     colors = [cmap(i) for i in range(len(IS_GROUPS) - 1)] + [(0.8, 0.8, 0.8, 1.0)]
@@ -399,8 +399,6 @@ def plot_is_analysis(run: RunResult, path: Path) -> Path | None:
 
 def write_flows(runs: Sequence[RunResult], folder: Path, checkpoint: str) -> dict[str, dict[str, str]]:
     """Per method: Sankey HTML + PNG and the transition heat map of its test episodes."""
-    from arlgym.evaluation.patterns import pattern_report, plot_transitions
-    from arlgym.evaluation.sankey import plot_sankey_png, sankey_flows, write_sankey_html
     from arlgym.rollout import load_jsonl
 
     by = defaultdict(list)

@@ -37,6 +37,8 @@ import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from arlgym.core import prompts
+from arlgym.errors import UnsolvableError
 from arlgym.models import chatml_template
 
 __all__ = [
@@ -82,9 +84,6 @@ def sokoban_corpus(episodes: int = 300, seed: int = 0) -> Iterator[str]:
     import gymnasium as gym
     import numpy as np
 
-    import arlgym  # noqa: F401  (registers the env ids)
-    from arlgym.errors import UnsolvableError
-
     rng = np.random.default_rng(seed)
     moves = ("up", "down", "left", "right")
     layouts = [((6, 6), 1), ((6, 6), 2), ((7, 7), 1), ((8, 8), 2)]
@@ -121,8 +120,6 @@ def template_phrases(min_chars: int = MIN_PHRASE_CHARS) -> list[str]:
     rendered prompt exactly around the variable parts (board, counters, history).
     """
     from string import Formatter
-
-    from arlgym.core import prompts
 
     templates = [v for v in vars(prompts).values() if isinstance(v, prompts.PromptTemplate)]
     phrases: set[str] = set()

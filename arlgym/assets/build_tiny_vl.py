@@ -29,16 +29,17 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from arlgym.models import IMAGE_SIZE, PATCH_SIZE, SCALE_FACTOR
+
 __all__ = ["IMAGE_SIZE", "PATCH_SIZE", "SCALE_FACTOR", "IMAGE_SEQ_LEN", "IMAGE_TOKENS",
            "CHAT_TEMPLATE", "build_processor", "main"]
 
-IMAGE_SIZE = 96
-PATCH_SIZE = 8
-SCALE_FACTOR = 2
 #: image tokens per image: (96 / 8)^2 / 2^2
 IMAGE_SEQ_LEN = (IMAGE_SIZE // PATCH_SIZE) ** 2 // SCALE_FACTOR**2
 IMAGE_TOKENS = ("<fake_token_around_image>", "<image>", "<end_of_utterance>", "<global-img>")
 DEFAULT_OUT = Path(__file__).resolve().parent / "tiny_vl"
+#: the shipped ``tiny`` tokenizer this processor extends (package data beside this file)
+TINY_TOKENIZER = Path(__file__).resolve().parent / "tiny_tokenizer"
 
 _RENDER = (
     "{%- macro render(content) -%}"
@@ -73,9 +74,7 @@ def build_processor() -> Any:
         Idefics3ImageProcessorPil,
     )
 
-    from arlgym.models import _tiny_tokenizer_dir
-
-    tok = AutoTokenizer.from_pretrained(str(_tiny_tokenizer_dir()))
+    tok = AutoTokenizer.from_pretrained(str(TINY_TOKENIZER))
     tok.add_special_tokens({"additional_special_tokens": list(IMAGE_TOKENS)})
     pieces: list[str] = []
     for added in tok.added_tokens_decoder.values():

@@ -37,7 +37,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from arlgym.errors import ConfigError
+from arlgym.core.env_ids import register_envs
+from arlgym.errors import ArlgymError, ConfigError
 
 __all__ = [
     "bad_value",
@@ -374,9 +375,7 @@ def make_checked_env(env_id: str, kwargs: Mapping[str, Any] | None, *,
     """
     import gymnasium as gym
 
-    import arlgym  # noqa: F401  (registers the ids)
-    from arlgym.errors import ArlgymError
-
+    register_envs()
     kwargs = check_mapping(name, kwargs, allow_none=True, where=where) or {}
     prefix = f"{where}: " if where else ""
     if not isinstance(env_id, str) or env_id not in gym.registry:

@@ -15,6 +15,7 @@ per env), for envs that are not thread-safe (TextWorld/ALFWorld) or slow.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import multiprocessing as mp
 import os
@@ -29,6 +30,7 @@ from typing import Any, Literal
 import gymnasium as gym
 import numpy as np
 
+from arlgym.core.env_ids import register_envs
 from arlgym.core.validation import check_bool, check_choice, check_float, check_int, did_you_mean
 from arlgym.errors import ArlgymError, ConfigError, EnvCrashed, WorkerError
 
@@ -65,9 +67,21 @@ class EnvFactory:
     kwargs: dict[str, Any] = field(default_factory=dict)
 
     def __call__(self) -> gym.Env:
-        import arlgym  # noqa: F401  (registers the ids inside worker processes)
+        register_envs()  # inside worker processes too
 
         return gym.make(self.env_id, **self.kwargs)
+
+
+#: what ``make_group_vec(..., servers=[...])`` builds, named like an env id's entry point: the
+#: remote vector lives in the serve layer above the core, so the core names it instead of
+#: importing it (the same seam as :data:`arlgym.core.env_ids.ENV_IDS`)
+REMOTE_GROUP_VEC = "arlgym.serve.client:make_remote_group_vec"
+
+
+def _load_entry(entry: str) -> Any:
+    """The object a ``"module:attribute"`` string names (imported on first use)."""
+    module, _, attr = entry.partition(":")
+    return getattr(importlib.import_module(module), attr)
 
 
 StepOut = tuple[Any, float, bool, bool, dict[str, Any] | None]
@@ -837,8 +851,7 @@ def make_group_vec(
     >>> infos[0]["anchor"] == infos[2]["anchor"] != infos[3]["anchor"]
     True
     """
-    import arlgym  # noqa: F401
-
+    register_envs()
     if not isinstance(env_id, str) or env_id not in gym.registry:
         known = sorted(k for k in gym.registry if k.startswith("arl/"))
         raise ConfigError(f"unknown env id {env_id!r}{did_you_mean(env_id, known)}; registered "
@@ -847,8 +860,7 @@ def make_group_vec(
     group_size = check_int("group_size", group_size, min=1)
     check_choice("mode", mode, ("sync", "async", "auto"))
     if servers is not None:
-        from arlgym.serve.client import make_remote_group_vec
-
+        make_remote_group_vec = _load_entry(REMOTE_GROUP_VEC)
         return make_remote_group_vec(env_id, num_tasks, group_size, seed, servers,
                                      timeout=timeout, token=server_token, env_kwargs=dict(kwargs),
                                      restart=restart, max_restarts=max_restarts)

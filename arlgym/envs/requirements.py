@@ -8,16 +8,20 @@ is one error at ``gymnasium.make`` that names the install command — not a fail
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import shlex
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
-from arlgym.errors import MissingDependency
+from arlgym.envs.tir_math.isolation import find_bwrap, isolation_problem
+from arlgym.envs.webshop.chrome import find_chrome
+from arlgym.errors import ConfigError, MissingDependency
 
-__all__ = ["Requirement", "ENV_REQUIREMENTS", "missing", "require", "pip_install"]
+__all__ = ["Requirement", "ENV_REQUIREMENTS", "missing", "require", "pip_install", "import_for"]
 
 
 def pip_install(extra: str) -> str:
@@ -44,8 +48,6 @@ def _sandbox_problem() -> str | None:
     """Why the TIR sandbox cannot isolate cells for this interpreter — the very check
     ``gymnasium.make("arl/TIRMath-v0")`` runs (``isolation_problem``: bubblewrap, the kernel's
     namespaces, an interpreter a cell's private /tmp would hide) — or ``None``."""
-    from arlgym.envs.tir_math.isolation import isolation_problem
-
     return isolation_problem(sys.executable)
 
 
@@ -55,15 +57,10 @@ def _sandbox() -> bool:
 
 def _sandbox_fix() -> str | None:
     """What a missing sandbox needs when installing bubblewrap is not the fix."""
-    from arlgym.envs.tir_math.isolation import find_bwrap
-
     return None if find_bwrap() is None else _sandbox_problem()
 
 
 def _chromium() -> bool:
-    from arlgym.envs.webshop.browser import find_chrome
-    from arlgym.errors import ConfigError
-
     try:
         find_chrome()
     except ConfigError:
@@ -139,3 +136,20 @@ def require(env_id: str, skip: tuple[str, ...] = (), hint: str = "") -> None:
             + "".join(f": {w}" for w in whys)
             + (". Fix: " + " && ".join(commands) if commands else "")
             + (f" ({hint})" if hint else ""))
+
+
+def import_for(env_id: str, *modules: str) -> list[ModuleType]:
+    """Import ``modules`` (dotted names), which ``env_id`` needs, and return them in order.
+
+    A module that does not import raises the error :func:`require` raises for ``env_id`` —
+    what the env lacks and the command that installs it — or, when every listed requirement
+    is present but the import still fails (a broken or partial install), a
+    :class:`MissingDependency` that names the module and the same install command.
+    """
+    try:
+        return [importlib.import_module(name) for name in modules]
+    except ImportError as e:
+        require(env_id)
+        commands = install_commands(list(ENV_REQUIREMENTS.get(env_id, ()))) or [pip_install("all")]
+        raise MissingDependency(f"{env_id} needs {e.name or 'a module'}, which does not import "
+                                f"here ({e}). Fix: reinstall: {' && '.join(commands)}") from e

@@ -9,7 +9,20 @@ from typing import Any
 
 from arlgym.rollout import Trajectory
 
-__all__ = ["summarize", "format_summary", "pass_at_k"]
+__all__ = ["summarize", "format_summary", "pass_at_k", "SUCCESS_RATE", "SUCCESS_SE", "MEAN_SCORE",
+           "FORMAT_VALID_RATIO"]
+
+# The eval summary's vocabulary (``summary.json`` of ``arlgym eval``, the arena's test evals).
+# The trainer logs the same numbers under ``eval/`` keys; arlgym.rl.metrics.EVAL_OF_SUMMARY is
+# the one translation between the two.
+#: fraction of episodes won
+SUCCESS_RATE = "success_rate"
+#: binomial standard error of the success rate
+SUCCESS_SE = "success_se"
+#: mean final env score
+MEAN_SCORE = "mean_score"
+#: turns whose response parsed, over all turns
+FORMAT_VALID_RATIO = "format_valid_ratio"
 
 
 def _stats(trajs: Sequence[Trajectory]) -> dict[str, float]:
@@ -18,13 +31,12 @@ def _stats(trajs: Sequence[Trajectory]) -> dict[str, float]:
     success = sum(t.won for t in trajs) / n
     return {
         "episodes": n,
-        "success_rate": success,
-        # binomial standard error of the success rate
-        "success_se": math.sqrt(success * (1 - success) / n) if n > 1 else 0.0,
-        "mean_score": sum(t.score for t in trajs) / n,
+        SUCCESS_RATE: success,
+        SUCCESS_SE: math.sqrt(success * (1 - success) / n) if n > 1 else 0.0,
+        MEAN_SCORE: sum(t.score for t in trajs) / n,
         "mean_steps": steps / n,
         "mean_return": sum(t.episode_return for t in trajs) / n,
-        "format_valid_ratio": sum(s.format_valid for t in trajs for s in t.steps) / max(1, steps),
+        FORMAT_VALID_RATIO: sum(s.format_valid for t in trajs for s in t.steps) / max(1, steps),
         "action_valid_ratio": sum(s.action_valid for t in trajs for s in t.steps) / max(1, steps),
     }
 

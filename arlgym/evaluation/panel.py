@@ -13,6 +13,8 @@ import hashlib
 import json
 from typing import Any
 
+import arlgym
+
 __all__ = ["make_panel", "panel_hash"]
 
 
@@ -26,7 +28,6 @@ def panel_hash(panel: dict[str, Any]) -> str:
 def make_panel(env_id: str, split: str, episodes: int, env_kwargs: dict[str, Any] | None = None,
                ) -> dict[str, Any]:
     """The panel of the first ``episodes`` tasks of ``split`` (what ``evaluate`` plays)."""
-    import arlgym
     from arlgym.evaluation.runner import eval_task_list
 
     env_kwargs = dict(env_kwargs or {})

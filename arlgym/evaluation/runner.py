@@ -11,6 +11,7 @@ from arlgym.errors import ConfigError, WorkerError
 from arlgym.evaluation.metrics import format_summary, summarize
 from arlgym.policies.base import Policy, SamplingParams
 from arlgym.rollout import RolloutCollector, Trajectory, iter_jsonl, save_jsonl
+from arlgym.rundir import SettingsMismatch, check_settings, settings_of
 
 __all__ = ["evaluate", "eval_task_list"]
 
@@ -48,8 +49,6 @@ def eval_settings(env_id: str, policy: Policy, split: str, env_kwargs: dict[str,
     samples. (How many episodes is not among them: a rerun may extend the list.)"""
     from dataclasses import asdict
 
-    from arlgym.rundir import settings_of
-
     return settings_of({"env_id": env_id, "env_kwargs": env_kwargs, "split": split,
                         "policy": getattr(policy, "name", type(policy).__name__),
                         **asdict(sampling)})
@@ -58,8 +57,6 @@ def eval_settings(env_id: str, policy: Policy, split: str, env_kwargs: dict[str,
 def _check_settings(out: str | Path, settings: dict[str, Any]) -> None:
     """Refuse to resume an episodes file written with other settings (its episodes would be
     read back as this eval's), or one holding episodes with no record of their settings."""
-    from arlgym.rundir import SettingsMismatch, check_settings
-
     path = Path(out)
     if not (path.is_file() and path.stat().st_size > 0):
         return  # no episode to read back: a record left beside an emptied file does not matter

@@ -43,6 +43,11 @@ from arlgym.policies.base import (
     prompt_image,
     prompt_text,
 )
+from arlgym.policies.special_tokens import (
+    escape_image_text,
+    image_slot_token_ids,
+    image_slot_token_strings,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -77,8 +82,6 @@ def vision_messages(prompt: Any, slot_strings: Sequence[str] = ()) -> list[dict[
     (model-written, echoed by the env) is shown as ``(image)`` (see
     :mod:`arlgym.policies.special_tokens`, rule 3). Earlier ``<image>`` occurrences always are.
     """
-    from arlgym.policies.special_tokens import escape_image_text
-
     text = escape_image_text(prompt_text(prompt), slot_strings, IMAGE_PLACEHOLDER)
     before, found, after = text.rpartition(IMAGE_PLACEHOLDER)
     if not found:
@@ -102,8 +105,6 @@ def vision_prompt_inputs(processor: Any, prompt: Any) -> tuple[list[int], dict[s
     image = prompt_image(prompt)
     if not isinstance(image, Image.Image):
         image = Image.fromarray(np.asarray(image, dtype=np.uint8))
-    from arlgym.policies.special_tokens import image_slot_token_strings
-
     messages = vision_messages(prompt, image_slot_token_strings(processor))
     rendered = processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     out = processor(text=rendered, images=[image], return_tensors="pt", add_special_tokens=False)
@@ -205,8 +206,6 @@ class HFPolicy:
             tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         )
         self.eos_token_ids: frozenset[int] = self._eos_ids(model, tokenizer)
-        from arlgym.policies.special_tokens import image_slot_token_ids
-
         #: ids never sampled: a VLM's image-slot tokens (:mod:`arlgym.policies.special_tokens`)
         self.suppressed_token_ids: frozenset[int] = image_slot_token_ids(processor, model)
 

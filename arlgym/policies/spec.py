@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from arlgym.core.validation import did_you_mean
 from arlgym.errors import UnknownPolicyError
 
-__all__ = ["make_policy", "seeded_policy", "draws_its_own", "POLICY_KINDS"]
+__all__ = ["make_policy", "seeded_policy", "draws_its_own", "POLICY_KINDS", "check_policy_spec"]
 
 POLICY_KINDS: dict[str, str] = {
     "expert": "the env's scripted expert (optimal solver / planner)",
@@ -100,3 +101,17 @@ def make_policy(spec: str, **kwargs: Any):
             return OpenAIPolicy(base_url, model, **kwargs)
     options = "\n  ".join(f"{k:28s} {v}" for k, v in POLICY_KINDS.items())
     raise UnknownPolicyError(f"unknown policy spec {spec!r}; valid specs:\n  {options}")
+
+
+def check_policy_spec(flag: str, spec: Any, prog: str) -> None:
+    """A ``--policy`` that names no policy kind: one line with a did-you-mean and the kinds,
+    before anything is built (a model policy's spec is checked when it loads)."""
+    plain = [k for k in POLICY_KINDS if ":" not in k]
+    kinds = [k.split(":")[0] for k in POLICY_KINDS if ":" in k]
+    text = spec.strip() if isinstance(spec, str) else ""
+    kind, sep, rest = text.partition(":")
+    if text in plain or (sep and rest and kind in kinds):
+        return
+    guess = did_you_mean(kind if sep else text, plain + kinds) if text else ""
+    raise UnknownPolicyError(f"{flag} {spec!r} is an unknown policy spec{guess}; valid specs: "
+                             f"{', '.join(POLICY_KINDS)}. See `{prog} --help`")

@@ -1,4 +1,5 @@
-"""The RL algorithm layer: advantages, policy losses, aggregation, filters, presets (DESIGN.md §5).
+"""The RL algorithm layer: advantages, policy losses, aggregation, filters, presets (docs/architecture.md,
+"The RL algorithm layer").
 
 Pure functions in registries, chosen by name. ``import arlgym`` does not import this package
 (it needs torch); import it explicitly::

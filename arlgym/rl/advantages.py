@@ -1,6 +1,6 @@
 """Advantage estimators: GRPO, GiGPO and EMPG (paper §2.2, Table 1, Appendix A.3).
 
-Every estimator maps a batch of **turn samples** (one per (prompt, response) turn, DESIGN.md §5)
+Every estimator maps a batch of **turn samples** (one per (prompt, response) turn, docs/architecture.md, "Data flow")
 to one advantage per sample, in the order given. A sample is any object with these attributes,
 or a mapping with these keys:
 
@@ -36,6 +36,7 @@ import torch
 from torch import Tensor
 
 from arlgym.errors import ConfigError
+from arlgym.rl import metrics as M
 from arlgym.rl.registry import ADVANTAGES, register
 
 __all__ = [
@@ -390,13 +391,13 @@ def advantage_metrics(advantages: Tensor) -> dict[str, Tensor]:
     a = advantages.detach().float()
     if a.numel() == 0:
         zero = torch.zeros(())
-        return {k: zero for k in ("adv/mean", "adv/std", "adv/min", "adv/max", "adv/zero_frac")}
+        return {k: zero for k in (M.ADV_MEAN, M.ADV_STD, M.ADV_MIN, M.ADV_MAX, M.ADV_ZERO_FRAC)}
     return {
-        "adv/mean": a.mean(),
-        "adv/std": a.std() if a.numel() > 1 else torch.zeros(()),
-        "adv/min": a.min(),
-        "adv/max": a.max(),
-        "adv/zero_frac": (a == 0).float().mean(),
+        M.ADV_MEAN: a.mean(),
+        M.ADV_STD: a.std() if a.numel() > 1 else torch.zeros(()),
+        M.ADV_MIN: a.min(),
+        M.ADV_MAX: a.max(),
+        M.ADV_ZERO_FRAC: (a == 0).float().mean(),
     }
 
 
@@ -407,11 +408,11 @@ def step_group_metrics(samples: Sequence[Any]) -> dict[str, Tensor]:
     sizes = [len(v) for v in _groups([(t.uid, t.anchor) for t in turns]).values()]
     if not sizes:
         return {
-            "adv/step_group_size_mean": torch.zeros(()),
-            "adv/step_singleton_frac": torch.zeros(()),
+            M.ADV_STEP_GROUP_SIZE: torch.zeros(()),
+            M.ADV_STEP_SINGLETON: torch.zeros(()),
         }
     singletons = sum(1 for s in sizes if s == 1)
     return {
-        "adv/step_group_size_mean": torch.tensor(sum(sizes) / len(sizes)),
-        "adv/step_singleton_frac": torch.tensor(singletons / len(turns)),
+        M.ADV_STEP_GROUP_SIZE: torch.tensor(sum(sizes) / len(sizes)),
+        M.ADV_STEP_SINGLETON: torch.tensor(singletons / len(turns)),
     }

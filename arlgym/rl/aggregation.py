@@ -1,4 +1,5 @@
-"""Loss aggregation: the one place a per-token loss matrix becomes a scalar (STYLE.md rule 6).
+"""Loss aggregation: the one place a per-token loss matrix becomes a scalar (docs/architecture.md,
+"Conventions").
 
 Paper Appendix A.1 (Eqs. 10–13), with ℓ_{i,t} the per-token loss of sequence (turn sample) i,
 T_i its number of unmasked tokens and N the number of sequences:

@@ -20,6 +20,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from arlgym.policies.special_tokens import truncate_at
+from arlgym.rl import metrics as M
 from arlgym.rl.logprobs import fused_logprobs, lm_head_passthrough, selective_logprobs
 
 __all__ = [
@@ -39,7 +41,7 @@ __all__ = [
 
 @dataclass
 class TokenSample:
-    """One training sample = one turn of one trajectory, with its tokens (DESIGN.md §5).
+    """One training sample = one turn of one trajectory, with its tokens (docs/architecture.md, "Data flow").
 
     It carries every field :func:`arlgym.rl.compute_advantages` reads, with the meanings of
     :mod:`arlgym.rl.advantages`: ``step_reward`` is the env reward of the turn (task reward −
@@ -82,8 +84,6 @@ def token_samples(trajectories: Sequence[Any], *,
     (``extra["cut_at_image_slot"]``; :mod:`arlgym.policies.special_tokens`, rule 2), since the
     model would otherwise look for an image that is not there.
     """
-    from arlgym.policies.special_tokens import truncate_at
-
     out: list[TokenSample] = []
     for traj in trajectories:
         ret = float(traj.episode_return)
@@ -128,9 +128,9 @@ def rollout_mismatch_metrics(samples: Sequence[TokenSample]) -> dict[str, float]
     trainer = torch.cat([b for _, b in pairs])
     d = (sampler - trainer).abs()
     p_diff = (sampler.exp() - trainer.exp()).abs()
-    return {"rollout/logprob_abs_diff_mean": float(d.mean()),
-            "rollout/logprob_abs_diff_max": float(d.max()),
-            "rollout/prob_abs_diff_mean": float(p_diff.mean())}
+    return {M.LOGPROB_DIFF_MEAN: float(d.mean()),
+            M.LOGPROB_DIFF_MAX: float(d.max()),
+            M.PROB_DIFF_MEAN: float(p_diff.mean())}
 
 
 @dataclass

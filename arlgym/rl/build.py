@@ -16,7 +16,9 @@ from typing import Any
 
 import torch
 
+from arlgym.envs.servers import env_server_kwargs as remote_kwargs
 from arlgym.errors import ConfigError
+from arlgym.policies.special_tokens import image_slot_token_ids
 from arlgym.rl.config import TrainConfig
 
 __all__ = ["ModelParts", "check_setup", "resolve_engine", "build_accelerator", "build_model",
@@ -108,7 +110,6 @@ def build_model(cfg: TrainConfig) -> ModelParts:
     The caller seeds the global RNG first: LoRA's adapters are drawn from it.
     """
     from arlgym.models import is_vision_model, load_model_and_tokenizer, load_processor
-    from arlgym.policies.special_tokens import image_slot_token_ids
     from arlgym.rl.logprobs import logit_rows_budget, resolve_lm_head
     from arlgym.rl.lora import apply_lora
 
@@ -185,10 +186,8 @@ def env_seed(seed: int, process_index: int) -> int:
 
 def env_server_kwargs(env_servers: str) -> dict[str, Any]:
     """The collector's ``servers``/``server_token`` for the ``env_servers`` setting (empty: {});
-    each entry is checked to be an http(s) URL by the serve CLI's shared reader."""
-    from arlgym.serve.cli import env_server_kwargs as of_urls
-
-    return of_urls(env_servers, "env_servers")
+    each entry is checked to be an http(s) URL (:func:`arlgym.envs.servers.env_server_kwargs`)."""
+    return remote_kwargs(env_servers, "env_servers")
 
 
 def build_collector(cfg: TrainConfig, policy: Any, num_tasks: int, seed: int) -> Any:

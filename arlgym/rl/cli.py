@@ -16,6 +16,7 @@ from typing import Any
 from arlgym.clikit import ArgumentParser, add_version, parse_kwarg_pairs
 from arlgym.core.validation import did_you_mean
 from arlgym.errors import ArlgymError, ConfigError
+from arlgym.rl import metrics as M
 from arlgym.rl.config import TrainConfig
 
 __all__ = ["parse_train_config", "main", "add_subparser"]
@@ -171,7 +172,7 @@ def run_training(make_config: Any, prog: str = PROG) -> int:
     if trainer.accelerator.is_main_process and history:
         last = history[-1]
         print(f"done: {len(history)} steps this run; last step success "
-              f"{last['env/success_rate']:.3f}, format-valid {last['env/format_valid_ratio']:.3f} "
+              f"{last[M.SUCCESS_RATE]:.3f}, format-valid {last[M.FORMAT_VALID]:.3f} "
               f"-> {cfg.output_dir}")
     return 0
 

@@ -12,6 +12,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from arlgym.core import validation as v
+from arlgym.core.validation import check_choice, did_you_mean, make_checked_env
 from arlgym.errors import ConfigError
 
 __all__ = ["TrainConfig", "check_env"]
@@ -325,8 +327,6 @@ def _check_fields(cfg: TrainConfig) -> None:
     import types
     import typing
 
-    from arlgym.core import validation as v
-
     hints = typing.get_type_hints(type(cfg))
     for f in dataclasses.fields(cfg):
         tp, value = hints[f.name], getattr(cfg, f.name)
@@ -367,7 +367,6 @@ def _check_fields(cfg: TrainConfig) -> None:
 
 def _check_names(cfg: TrainConfig) -> None:
     import arlgym.rl  # noqa: F401  (fills the registries)
-    from arlgym.core.validation import check_choice, did_you_mean
     from arlgym.rl.advantages import NORM_MODES
     from arlgym.rl.presets import PRESETS
     from arlgym.rl.registry import ADVANTAGES, AGGREGATIONS, LOSSES
@@ -382,8 +381,6 @@ def _check_names(cfg: TrainConfig) -> None:
     check_choice("norm", cfg.norm, list(NORM_MODES), allow_none=True, where=_WHERE)
     _check_knobs(cfg, PRESETS, ADVANTAGES, LOSSES)
     import gymnasium as gym
-
-    import arlgym  # noqa: F401  (registers the env ids)
 
     known = sorted(k for k in gym.registry if k.startswith("arl/"))
     if cfg.env_id not in gym.registry:
@@ -405,7 +402,6 @@ def _check_knobs(cfg: TrainConfig, presets: Any, advantages: Any, losses: Any) -
     """The keys of ``loss_kwargs``/``advantage_kwargs`` must be knobs of the chosen loss and
     estimator (or of ``policy_loss``/``compute_advantages``), else a typo would only surface
     after the model is loaded and a whole rollout is played."""
-    from arlgym.core.validation import did_you_mean
     from arlgym.rl.advantages import compute_advantages
     from arlgym.rl.losses import policy_loss
 
@@ -433,8 +429,6 @@ def check_env(cfg: TrainConfig) -> None:
     """Build one env with ``cfg.env_kwargs`` and check the splits the run will evaluate on
     (``eval_split`` with ``eval_steps``, ``test_split`` with ``test_episodes``), so a bad value
     fails before a model is loaded rather than at the first eval."""
-    from arlgym.core.validation import make_checked_env
-
     env = make_checked_env(cfg.env_id, cfg.env_kwargs, where=_WHERE)
     try:
         for field_name, count_name, used in (

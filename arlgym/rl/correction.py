@@ -46,6 +46,7 @@ import torch
 from torch import Tensor
 
 from arlgym.errors import ConfigError
+from arlgym.rl import metrics as M
 
 __all__ = ["METHODS", "DEFAULTS", "correction_weights", "mismatch_metrics", "RolloutCorrection"]
 
@@ -116,9 +117,9 @@ def correction_weights(method: str, learner_logp: Tensor, sampler_logp: Tensor, 
         w = ratio.masked_fill(dropped, 0.0)
     w = w * mask
     n = mask.sum().clamp(min=1.0)
-    metrics = {"mismatch/masked_frac": (dropped.float() * mask).sum() / n,
-               "mismatch/truncated_frac": (truncated.float() * mask).sum() / n,
-               "mismatch/weight_mean": w.sum() / n}
+    metrics = {M.MISMATCH_MASKED: (dropped.float() * mask).sum() / n,
+               M.MISMATCH_TRUNCATED: (truncated.float() * mask).sum() / n,
+               M.MISMATCH_WEIGHT: w.sum() / n}
     return w, metrics
 
 
@@ -130,15 +131,15 @@ def mismatch_metrics(learner_logp: Tensor, sampler_logp: Tensor, mask: Tensor,
     lr = (learner_logp - sampler_logp).float()[sel].clamp(-_CLAMP, _CLAMP)
     out: dict[str, Tensor] = {}
     if lr.numel() == 0:
-        out["mismatch/kl"] = torch.zeros(())
+        out[M.MISMATCH_KL] = torch.zeros(())
         for q in quantiles:
-            out[f"mismatch/ratio_q{round(100 * q):02d}"] = torch.zeros(())
+            out[M.mismatch_quantile_key(q)] = torch.zeros(())
         return out
     ratio = lr.exp()
-    out["mismatch/kl"] = (ratio - 1.0 - lr).mean()
+    out[M.MISMATCH_KL] = (ratio - 1.0 - lr).mean()
     qs = torch.quantile(ratio, torch.tensor(list(quantiles), dtype=ratio.dtype))
     for q, v in zip(quantiles, qs, strict=True):
-        out[f"mismatch/ratio_q{round(100 * q):02d}"] = v
+        out[M.mismatch_quantile_key(q)] = v
     return out
 
 

@@ -36,6 +36,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from arlgym.errors import ConfigError
+from arlgym.rl import metrics as M
 
 __all__ = ["CREDIT_MODES", "THINK_END", "action_start", "apply_credit", "check_credit",
            "counted_tokens", "credit_masks", "credit_rows"]
@@ -84,7 +85,7 @@ def apply_credit(samples: Sequence[Any], tokenizer: Any, mode: str) -> dict[str,
         s.extra["credit_from"] = start
         credited += len(s.response_ids) - start
         total += len(s.response_ids)
-    return {"credit/token_frac": credited / max(1, total)}
+    return {M.CREDIT_TOKEN_FRAC: credited / max(1, total)}
 
 
 def credit_rows(samples: Sequence[Any], idx: Sequence[int], width: int):

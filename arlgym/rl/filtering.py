@@ -28,6 +28,7 @@ import torch
 from torch import Tensor
 
 from arlgym.errors import ConfigError
+from arlgym.rl import metrics as M
 from arlgym.rl.registry import FILTERS, register
 
 __all__ = ["dynamic_sampling", "DynamicSampler", "episode_return_of"]
@@ -55,7 +56,7 @@ def dynamic_sampling(
         raise ConfigError(f"atol must be >= 0, got {atol}")
     keep = [len(r) > 0 and (max(r) - min(r)) > atol for r in group_returns]
     frac = sum(keep) / len(keep) if keep else 0.0
-    return keep, {"filter/kept_group_fraction": torch.tensor(frac)}
+    return keep, {M.FILTER_KEPT: torch.tensor(frac)}
 
 
 def episode_return_of(member: Any) -> float:
@@ -119,12 +120,12 @@ class DynamicSampler(Generic[G]):
             groups = list(rollout())
             _, m = filt(self._returns(groups), atol=self.atol)
             metrics = {
-                "filter/kept_group_fraction": torch.tensor(1.0 if groups else 0.0),
-                "filter/informative_group_fraction": m["filter/kept_group_fraction"],
-                "filter/num_tries": torch.tensor(1.0),
-                "filter/num_groups": torch.tensor(float(len(groups))),
-                "filter/backfilled_groups": torch.tensor(0.0),
-                "filter/cold_start": torch.tensor(1.0),
+                M.FILTER_KEPT: torch.tensor(1.0 if groups else 0.0),
+                M.FILTER_INFORMATIVE: m[M.FILTER_KEPT],
+                M.FILTER_TRIES: torch.tensor(1.0),
+                M.FILTER_GROUPS: torch.tensor(float(len(groups))),
+                M.FILTER_BACKFILLED: torch.tensor(0.0),
+                M.FILTER_COLD_START: torch.tensor(1.0),
             }
             self.last_metrics = metrics
             return groups, metrics
@@ -147,14 +148,12 @@ class DynamicSampler(Generic[G]):
             backfilled = len(extra)
             batch.extend(extra)
         metrics = {
-            "filter/kept_group_fraction": torch.tensor(informative / rolled if rolled else 0.0),
-            "filter/informative_group_fraction": torch.tensor(
-                informative / rolled if rolled else 0.0
-            ),
-            "filter/num_tries": torch.tensor(float(tries)),
-            "filter/num_groups": torch.tensor(float(len(batch))),
-            "filter/backfilled_groups": torch.tensor(float(backfilled)),
-            "filter/cold_start": torch.tensor(0.0),
+            M.FILTER_KEPT: torch.tensor(informative / rolled if rolled else 0.0),
+            M.FILTER_INFORMATIVE: torch.tensor(informative / rolled if rolled else 0.0),
+            M.FILTER_TRIES: torch.tensor(float(tries)),
+            M.FILTER_GROUPS: torch.tensor(float(len(batch))),
+            M.FILTER_BACKFILLED: torch.tensor(float(backfilled)),
+            M.FILTER_COLD_START: torch.tensor(0.0),
         }
         self.last_metrics = metrics
         return batch, metrics

@@ -1,6 +1,6 @@
 """Policy losses, the sequence-mask modifier and the k3 KL penalty (paper §2.2, App. A.2, Table 1).
 
-Each registered loss is a pure function of tensors (STYLE.md rule 4)::
+Each registered loss is a pure function of tensors (docs/architecture.md, "Conventions")::
 
     fn(logp, old_logp, advantages, mask, *, clip_low, clip_high, **own_knobs)
         -> (loss_mat (B, T), metrics)
@@ -48,6 +48,7 @@ import torch
 from torch import Tensor
 
 from arlgym.errors import ConfigError
+from arlgym.rl import metrics as M
 from arlgym.rl.aggregation import aggregate, masked_mean
 from arlgym.rl.registry import LOSSES, MODIFIERS, register
 
@@ -83,9 +84,9 @@ def _fractions(low: Tensor, high: Tensor, mask: Tensor) -> Metrics:
     """TRL-named clip fractions from boolean (B, T) ``low``/``high`` indicators."""
     low, high = low.detach(), high.detach()
     return {
-        "clip_ratio/low_mean": masked_mean(low.float(), mask),
-        "clip_ratio/high_mean": masked_mean(high.float(), mask),
-        "clip_ratio/region_mean": masked_mean((low | high).float(), mask),
+        M.CLIP_LOW: masked_mean(low.float(), mask),
+        M.CLIP_HIGH: masked_mean(high.float(), mask),
+        M.CLIP_REGION: masked_mean((low | high).float(), mask),
     }
 
 
@@ -141,7 +142,7 @@ def ppo_clip(
         cap = -advantages * dual_clip
         dual_active = (advantages < 0) & (loss > cap)
         loss = torch.where(advantages < 0, torch.minimum(loss, cap), loss)
-        metrics["clip_ratio/dual_mean"] = masked_mean(dual_active.detach().float(), mask)
+        metrics[M.CLIP_DUAL] = masked_mean(dual_active.detach().float(), mask)
     return loss, metrics
 
 
@@ -182,7 +183,7 @@ def gspo(
         (s < 1.0 - clip_low) & (advantages < 0), (s > 1.0 + clip_high) & (advantages > 0), mask
     )
     seq_ratio = torch.exp(seq_log_ratio.detach().clamp(max=log_ratio_max))
-    metrics["is/seq_ratio_mean"] = masked_mean(seq_ratio, tokens > 0)
+    metrics[M.IS_SEQ_RATIO] = masked_mean(seq_ratio, tokens > 0)
     return loss, metrics
 
 
@@ -223,7 +224,7 @@ def sapo(
         (ratio > 1.0 + clip_high) & (advantages > 0),
         mask,
     )
-    metrics["is/sapo_gate_mean"] = masked_mean(gate.detach(), mask)
+    metrics[M.IS_SAPO_GATE] = masked_mean(gate.detach(), mask)
     return loss, metrics
 
 
@@ -286,7 +287,7 @@ def seq_mask(
         seq_kl = ((old_logp - logp) * m).sum(dim=-1) / tokens.clamp(min=1)
         drop = (seq_adv < 0) & (seq_kl > delta) & nonempty
         keep = (~drop).to(logp.dtype)
-        metrics = {"seq_mask/masked_frac": masked_mean(drop.float(), nonempty)}
+        metrics = {M.SEQ_MASKED: masked_mean(drop.float(), nonempty)}
     return keep, metrics
 
 
@@ -335,12 +336,12 @@ def _is_metrics(ratio: Tensor, adv: Tensor, mask: Tensor, lo: float, hi: float) 
     big = torch.finfo(ratio.dtype).max
     any_tok = bool(valid.any())
     return {
-        "is/out_low_neg_adv_frac": masked_mean((below & (adv < 0)).float(), mask),
-        "is/out_high_pos_adv_frac": masked_mean((above & (adv > 0)).float(), mask),
-        "is/out_frac": masked_mean((below | above).float(), mask),
-        "is/ratio_mean": masked_mean(ratio, mask),
-        "is/ratio_max": ratio.masked_fill(~valid, -big).max() if any_tok else ratio.new_zeros(()),
-        "is/ratio_min": ratio.masked_fill(~valid, big).min() if any_tok else ratio.new_zeros(()),
+        M.IS_LOW_NEG: masked_mean((below & (adv < 0)).float(), mask),
+        M.IS_HIGH_POS: masked_mean((above & (adv > 0)).float(), mask),
+        M.IS_OUT: masked_mean((below | above).float(), mask),
+        M.IS_RATIO_MEAN: masked_mean(ratio, mask),
+        M.IS_RATIO_MAX: ratio.masked_fill(~valid, -big).max() if any_tok else ratio.new_zeros(()),
+        M.IS_RATIO_MIN: ratio.masked_fill(~valid, big).min() if any_tok else ratio.new_zeros(()),
     }
 
 
@@ -374,9 +375,9 @@ def is_group_metrics(ratio: Tensor, adv: Tensor, mask: Tensor, entropy: Tensor,
             a, r1, r2, e1, e2 = g.split("_")
             sel = sides[a] & ratios[f"{r1}_{r2}"] & ents[f"{e1}_{e2}"]
         sel = sel.float()
-        out[f"is_groups/{g}/tokens"] = masked_mean(sel, mask)
+        out[M.is_group_key(g, "tokens")] = masked_mean(sel, mask)
         if kl is not None:
-            out[f"is_groups/{g}/kl"] = masked_mean(sel * kl, mask)
+            out[M.is_group_key(g, "kl")] = masked_mean(sel * kl, mask)
     return out
 
 
@@ -490,20 +491,20 @@ def policy_loss(
         lo = clip_low if is_clip_low is None else is_clip_low
         hi = clip_high if is_clip_high is None else is_clip_high
         metrics.update(_is_metrics(ratio, adv, mask, lo, hi))
-        metrics["is/ppo_kl"] = masked_mean(old_logp - logp.detach(), mask)
-        metrics["is/ppo_kl_k3"] = masked_mean(kl_k3(old_logp, logp.detach(), clamp=None), mask)
-        metrics["pg_loss"] = pg.detach()
+        metrics[M.PPO_KL] = masked_mean(old_logp - logp.detach(), mask)
+        metrics[M.PPO_KL_K3] = masked_mean(kl_k3(old_logp, logp.detach(), clamp=None), mask)
+        metrics[M.PG_LOSS] = pg.detach()
         if entropy is not None:
             kl_tok = kl_k3(logp.detach(), ref_logp.detach()) if ref_logp is not None else None
             metrics.update(is_group_metrics(ratio, adv, mask, entropy.detach(), kl_tok))
 
     if ref_logp is not None:
         kl_mat = kl_k3(logp, ref_logp.detach())
-        metrics["kl"] = masked_mean(kl_mat.detach(), mask)
+        metrics[M.KL_REF] = masked_mean(kl_mat.detach(), mask)
         if kl_coef > 0:
             loss = loss + kl_coef * aggregate(kl_mat, mask, aggregation, **agg)
     if entropy is not None:
-        metrics["entropy"] = masked_mean(entropy.detach(), mask)
+        metrics[M.ENTROPY] = masked_mean(entropy.detach(), mask)
         if entropy_coef > 0:
             loss = loss - entropy_coef * aggregate(entropy, mask, aggregation, **agg)
     return loss, {k: v.detach() for k, v in metrics.items()}

@@ -30,6 +30,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from arlgym.evaluation.metrics import FORMAT_VALID_RATIO as SUMMARY_FORMAT_VALID
+from arlgym.evaluation.metrics import MEAN_SCORE as SUMMARY_MEAN_SCORE
+from arlgym.evaluation.metrics import SUCCESS_RATE as SUMMARY_SUCCESS_RATE
+from arlgym.evaluation.metrics import SUCCESS_SE as SUMMARY_SUCCESS_SE
+
 __all__ = [
     "Metric", "METRICS", "FAMILIES", "REDUCTIONS", "reduction", "undefined", "reduce_across",
     "read_metrics_jsonl",
@@ -43,7 +48,13 @@ __all__ = [
     "GROUPS_RETRIED", "GROUPS_DROPPED", "LOGPROB_DIFF_MEAN", "LOGPROB_DIFF_MAX",
     "PROB_DIFF_MEAN", "MISMATCH_KL", "MISMATCH_RATIO_Q", "MISMATCH_MASKED", "MISMATCH_WEIGHT",
     "STALENESS_MEAN", "STALENESS_MAX", "ASYNC_DROPPED", "ASYNC_WITHHELD", "ASYNC_RESTARTS",
-    "ASYNC_BUSY", "TIME_WAIT",
+    "ASYNC_BUSY", "TIME_WAIT", "IMAGE_SLOT_CUT", "CREDIT_TOKEN_FRAC", "CLIP_DUAL", "IS_SEQ_RATIO",
+    "IS_SAPO_GATE", "IS_GROUPS", "ADV", "ADV_MEAN", "ADV_STD", "ADV_MIN", "ADV_MAX",
+    "ADV_ZERO_FRAC", "ADV_STEP_GROUP_SIZE", "ADV_STEP_SINGLETON", "FILTER", "FILTER_KEPT",
+    "FILTER_INFORMATIVE", "FILTER_TRIES", "FILTER_GROUPS", "FILTER_BACKFILLED",
+    "FILTER_COLD_START", "MISMATCH_TRUNCATED", "is_group_key",
+    "mismatch_quantile_key", "EVAL_OF_SUMMARY", "eval_metrics", "summary_of_eval_row",
+    "SUMMARY_SUCCESS_RATE", "SUMMARY_SUCCESS_SE", "SUMMARY_MEAN_SCORE", "SUMMARY_FORMAT_VALID",
 ]
 
 REDUCTIONS = ("mean", "sum", "max", "min")
@@ -111,13 +122,36 @@ SEQ_MASKED = _m("seq_mask/masked_frac", "mean", "sequences the sequence mask dro
 CLIP_LOW = _m("clip_ratio/low_mean", "mean", "tokens whose update the lower clip changed")
 CLIP_HIGH = _m("clip_ratio/high_mean", "mean", "tokens whose update the upper clip changed")
 CLIP_REGION = _m("clip_ratio/region_mean", "mean", "low + high clip fractions")
-_m("clip_ratio/dual_mean", "mean", "tokens where PPO's dual clip was active")
-_m("is/seq_ratio_mean", "mean", "GSPO: mean sequence-level ratio")
-_m("is/sapo_gate_mean", "mean", "SAPO: mean soft gate value")
-_family("is_groups/", "mean", "paper Figs. 3c/d, 4: token share / KL share of an "
+CLIP_DUAL = _m("clip_ratio/dual_mean", "mean", "tokens where PPO's dual clip was active")
+IS_SEQ_RATIO = _m("is/seq_ratio_mean", "mean", "GSPO: mean sequence-level ratio")
+IS_SAPO_GATE = _m("is/sapo_gate_mean", "mean", "SAPO: mean soft gate value")
+IS_GROUPS = "is_groups/"  # family prefix: is_groups/<group>/{tokens,kl} (see is_group_key)
+_family(IS_GROUPS, "mean", "paper Figs. 3c/d, 4: token share / KL share of an "
         "advantage-sign × ratio × entropy group")
-_family("adv/", "mean", "advantage statistics (mean, std, min, max, zero fraction, GiGPO groups)")
-_family("filter/", "mean", "dynamic sampling: kept/informative group fraction, tries, groups")
+# ---------------------------------------------------------------- advantages (rl/advantages.py)
+ADV = "adv/"  # family prefix: the keys below, and any advantage statistic added later
+_family(ADV, "mean", "advantage statistics (mean, std, min, max, zero fraction, GiGPO groups)")
+ADV_MEAN = _m("adv/mean", "mean", "mean advantage of the trained samples")
+ADV_STD = _m("adv/std", "mean", "standard deviation of the advantages (0: no learning signal)")
+ADV_MIN = _m("adv/min", "mean", "smallest advantage")
+ADV_MAX = _m("adv/max", "mean", "largest advantage")
+ADV_ZERO_FRAC = _m("adv/zero_frac", "mean", "samples whose advantage is exactly 0")
+ADV_STEP_GROUP_SIZE = _m("adv/step_group_size_mean", "mean",
+                         "GiGPO: mean size of the anchor-state (step) groups")
+ADV_STEP_SINGLETON = _m("adv/step_singleton_frac", "mean",
+                        "GiGPO: samples whose step group has one member (their A_step = 0)")
+# ---------------------------------------------------------------- dynamic sampling (rl/filtering.py)
+FILTER = "filter/"  # family prefix: the keys below
+_family(FILTER, "mean", "dynamic sampling: kept/informative group fraction, tries, groups")
+FILTER_KEPT = _m("filter/kept_group_fraction", "mean",
+                 "groups kept / groups rolled (paper Eq. 7: returns not all equal)")
+FILTER_INFORMATIVE = _m("filter/informative_group_fraction", "mean",
+                        "groups whose returns differ / groups rolled (during cold start too)")
+FILTER_TRIES = _m("filter/num_tries", "mean", "rollout rounds dynamic sampling took this step")
+FILTER_GROUPS = _m("filter/num_groups", "mean", "groups in the trained batch")
+FILTER_BACKFILLED = _m("filter/backfilled_groups", "mean",
+                       "uniform groups added to fill the batch (backfill)")
+FILTER_COLD_START = _m("filter/cold_start", "mean", "1 while filtering is off (cold-start steps)")
 # ---------------------------------------------------------------- rollout health
 GROUPS_RETRIED = _m("rollout/groups_retried", "sum", "groups replayed after an env worker died")
 GROUPS_DROPPED = _m("rollout/groups_dropped", "sum", "groups dropped after repeated failures")
@@ -136,7 +170,8 @@ _family("mismatch/ratio_q", "mean", "quantiles of the token ratio π_learner/π_
 MISMATCH_MASKED = _m("mismatch/masked_frac", "mean",
                      "tokens the rollout correction zeroed (MIS / IcePop; TIS: 0)")
 MISMATCH_WEIGHT = _m("mismatch/weight_mean", "mean", "mean correction weight over tokens")
-_m("mismatch/truncated_frac", "mean", "tokens (or sequences' tokens) whose TIS weight was capped")
+MISMATCH_TRUNCATED = _m("mismatch/truncated_frac", "mean",
+                        "tokens (or sequences' tokens) whose TIS weight was capped")
 # ---------------------------------------------------------------- credit (arlgym/rl/credit.py)
 CREDIT_TOKEN_FRAC = _m("credit/token_frac", "mean", "share of response tokens that carry the "
                        "policy-gradient loss (credit action: the tokens after </think>)")
@@ -157,6 +192,39 @@ EVAL_SUCCESS_SE = _m("eval/success_se", "mean", "its standard error")
 EVAL_SCORE = _m("eval/score", "mean", "greedy mean score on the periodic eval list")
 EVAL_FORMAT_VALID = _m("eval/format_valid_ratio", "mean", "greedy format validity")
 ALARM_COLLAPSE = _m("alarm/collapse", "max", "1 once the online collapse alarm has fired")
+
+#: the eval summary's key (:mod:`arlgym.evaluation.metrics`) -> the trainer's ``eval/`` key: the
+#: one translation between the two vocabularies, used both ways
+EVAL_OF_SUMMARY: dict[str, str] = {
+    SUMMARY_SUCCESS_RATE: EVAL_SUCCESS,
+    SUMMARY_SUCCESS_SE: EVAL_SUCCESS_SE,
+    SUMMARY_MEAN_SCORE: EVAL_SCORE,
+    SUMMARY_FORMAT_VALID: EVAL_FORMAT_VALID,
+}
+
+
+def eval_metrics(overall: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``eval/`` metrics of an eval summary's ``overall`` row (what the trainer logs)."""
+    return {key: overall[name] for name, key in EVAL_OF_SUMMARY.items()}
+
+
+def summary_of_eval_row(row: Mapping[str, Any]) -> dict[str, Any]:
+    """An eval summary's ``overall`` row rebuilt from a logged row's ``eval/`` metrics (those
+    it holds; a missing mean score reads NaN)."""
+    out = {name: row[key] for name, key in EVAL_OF_SUMMARY.items() if key in row}
+    out.setdefault(SUMMARY_MEAN_SCORE, float("nan"))
+    return out
+
+
+def is_group_key(group: str, what: str) -> str:
+    """``is_groups/<group>/<what>``: ``what`` is ``tokens`` (the group's token share) or ``kl``
+    (its KL share), ``group`` one of :data:`arlgym.rl.losses.IS_GROUPS`."""
+    return f"{IS_GROUPS}{group}/{what}"
+
+
+def mismatch_quantile_key(q: float) -> str:
+    """``mismatch/ratio_qNN`` for the quantile ``q`` (0.05 -> ``mismatch/ratio_q05``)."""
+    return f"{MISMATCH_RATIO_Q}{round(100 * q):02d}"
 
 
 def _lookup(key: str) -> Metric | None:

@@ -14,9 +14,19 @@ Each preset has the same keys:
 
 :func:`policy_loss_kwargs`, :func:`advantage_kwargs` and :func:`make_sampler` turn a preset into
 the arguments of :func:`~arlgym.rl.policy_loss`, :func:`~arlgym.rl.compute_advantages` and a
-:class:`~arlgym.rl.DynamicSampler`. Sources are cited on each value: "T6" = paper Table 6,
-"T1" = Table 1, "ref §n" = /work/shared/reference/arlarena-verl-agent.md section n (the released
-ARLArena / verl-agent code and scripts). Values marked "assumed" are not given by either.
+:class:`~arlgym.rl.DynamicSampler`. Sources are cited on each value: "T6" = ARLArena paper
+Table 6, "T1" = its Table 1, "Eq. n" = its equation n; where the paper is silent, the released
+code, cited by what it is:
+
+* "code:losses": ARLArena's ``verl/trainer/ppo/core_algos.py`` (SAMPO and the baseline losses)
+  and verl's trainer config defaults;
+* "code:scripts": ARLArena's released training scripts (per env and method);
+* "code:gigpo": verl-agent's ``gigpo/core_gigpo.py`` (identical in ARLArena's
+  ``recipe/*/ppo/core_algos.py``);
+* "code:empg": ARLArena's ``compute_EMPG_advantage``;
+* "code:env": verl-agent's env managers (the format penalty).
+
+Values marked "assumed" are given by neither. docs/algorithms.md tabulates the choices.
 """
 
 from __future__ import annotations
@@ -25,10 +35,12 @@ import copy
 from collections.abc import Callable
 from typing import Any
 
+from arlgym.core.validation import did_you_mean
 from arlgym.errors import ConfigError
 from arlgym.rl.filtering import DynamicSampler
 
 __all__ = [
+    "preset_list",
     "EPISODE_NORM",
     "PRESETS",
     "ENVS",
@@ -126,16 +138,16 @@ ENV_SETTINGS: dict[str, dict[str, Any]] = {
     },
 }
 
-# Settings Table 6 does not list but the released scripts fix for every method (ref §4, §6).
+# Settings Table 6 does not list but the released scripts fix for every method (code:losses, code:scripts).
 _COMMON: dict[str, Any] = {
-    "entropy_coef": 0.001,  # ref §4: verl config default, active in the SAMPO scripts (assumed for all)
-    "grad_clip": 1.0,  # ref §4
-    "ppo_epochs": 1,  # ref §4
+    "entropy_coef": 0.001,  # code:losses: verl config default, active in the SAMPO scripts (assumed for all)
+    "grad_clip": 1.0,  # code:losses
+    "ppo_epochs": 1,  # code:losses
 }
 
 
 def _ppo(clip_low: float, clip_high: float) -> dict[str, Any]:
-    # dual_clip 3.0: verl compute_policy_loss_vanilla's clip_ratio_c default (ref §4)
+    # dual_clip 3.0: verl compute_policy_loss_vanilla's clip_ratio_c default (code:losses)
     return {"name": "ppo_clip", "clip_low": clip_low, "clip_high": clip_high, "dual_clip": 3.0}
 
 
@@ -144,7 +156,7 @@ def _ppo(clip_low: float, clip_high: float) -> dict[str, Any]:
 #: design and nothing else). ``"turns"``: the group mean/std are taken over every turn sample
 #: of the group (longer trajectories weigh more) — verl-agent's
 #: ``compute_mean_std_cross_steps=True``, the config default that the released ARLArena
-#: scripts run for GRPO, GiGPO, EMPG, DAPO and SAMPO alike (ref §3). ``"trajectories"``: one
+#: scripts run for GRPO, GiGPO, EMPG, DAPO and SAMPO alike (code:gigpo). ``"trajectories"``: one
 #: value per trajectory, as Table 1 writes GRPO's r_i and verl's ``vanilla_grpo`` computes it.
 #: ``TrainConfig.episode_norm`` overrides it per run.
 EPISODE_NORM = "turns"
@@ -160,25 +172,25 @@ _GIGPO_ADV = {
     "norm": "mean_std_norm",  # T6 group normalization mode
     "gamma": 0.95,  # T6 γ
     "step_weight": 1.0,  # T6 ω
-    "cross_steps": _CROSS_STEPS,  # EPISODE_NORM; ref §3: compute_mean_std_cross_steps=True
-    "discount_penalty": False,  # ref §1.2: penalty subtracted after discounting
+    "cross_steps": _CROSS_STEPS,  # EPISODE_NORM; code:gigpo: compute_mean_std_cross_steps=True
+    "discount_penalty": False,  # code:env: penalty subtracted after discounting
 }
 _EMPG_ADV = {
     "name": "empg",
     "norm": "mean_std_norm",  # T6
-    "cross_steps": _CROSS_STEPS,  # EPISODE_NORM; ref §5: EMPG modulates GRPO advantages
+    "cross_steps": _CROSS_STEPS,  # EPISODE_NORM; code:empg: EMPG modulates GRPO advantages
     "empg_k": 1.0,  # T6 k
     "empg_k_future": 1.0,  # T6 k'
     "empg_zeta": 0.05,  # T6 ζ
 }
 _NO_MASK = {"enabled": False, "delta": None}
-_MASK = {"enabled": True, "delta": 3e-3}  # ref §4: δ = 3e-3 in the ARLArena seq_mask scripts
+_MASK = {"enabled": True, "delta": 3e-3}  # code:scripts: δ = 3e-3 in the ARLArena seq_mask scripts
 _NO_FILTER = {"enabled": False, "name": "dynamic_sampling", "max_tries": 1, "cold_start_steps": 0}
 _FILTER = {
     "enabled": True,
     "name": "dynamic_sampling",
     "max_tries": 3,  # T6 DAPO "N oversample"
-    "cold_start_steps": 15,  # ref §4/§6: DAPO and SAMPO ALFWorld scripts
+    "cold_start_steps": 15,  # code:scripts: DAPO and SAMPO ALFWorld scripts
 }
 _GSPO_CLIPS = {  # T6 GSPO (ε_low, ε_high) per task
     "alfworld": (3e-3, 4e-3),
@@ -235,12 +247,12 @@ PRESETS: dict[str, dict[str, Any]] = {
         advantage=_GRPO_ADV,
         loss={
             "name": "sapo",
-            "clip_low": 0.2,  # diagnostic band only (ref §4 SAPO pg_clipfrac)
+            "clip_low": 0.2,  # diagnostic band only (code:losses, SAPO's pg_clipfrac)
             "clip_high": 0.2,
             "sapo_tau_pos": 1.0,  # T6 τ_pos
             "sapo_tau_neg": 1.05,  # T6 τ_neg
         },
-        aggregation="token-mean",  # T1; ref §4
+        aggregation="token-mean",  # T1; code:losses
     ),
     "sapo_sm": _preset(
         description="SAPO + sequence masking (§4.1, Table 4)",
@@ -272,7 +284,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         description="GSPO: sequence-level ratio clipping (T1, App. A.2.4)",
         advantage=_GRPO_ADV,
         loss={"name": "gspo", "clip_low": 3e-3, "clip_high": 4e-3},  # T6 GSPO ALFWorld
-        aggregation="seq-mean-token-mean",  # ref §4: verl's GSPO forces it (T1 writes 1/ΣT_i)
+        aggregation="seq-mean-token-mean",  # code:losses: verl's GSPO forces it (T1 writes 1/ΣT_i)
     ),
     "gigpo": _preset(
         description="GiGPO: episode + anchor-state step advantage, PPO token clip (T1, App. A.3.1)",
@@ -302,10 +314,10 @@ PRESETS: dict[str, dict[str, Any]] = {
     ),
     "sampo": _preset(
         description="SAMPO = GiGPO advantage + GSPO sequence clipping + dynamic filtering (Eq. 8)",
-        advantage=_GIGPO_ADV,  # Eq. 8 A'_{i,k}; ref §4
-        loss={"name": "gspo", "clip_low": 3e-3, "clip_high": 4e-3},  # ref §4 script = T6 GSPO
-        aggregation="seq-mean-token-mean",  # ref §4 loss_agg_mode (Eq. 8 writes 1/ΣT_i)
-        filter={**_FILTER, "cold_start_steps": 15},  # ref §4: 15 ALFWorld / 5 WebShop
+        advantage=_GIGPO_ADV,  # Eq. 8 A'_{i,k}; code:scripts
+        loss={"name": "gspo", "clip_low": 3e-3, "clip_high": 4e-3},  # code:scripts = T6 GSPO
+        aggregation="seq-mean-token-mean",  # code:scripts loss_agg_mode (Eq. 8 writes 1/ΣT_i)
+        filter={**_FILTER, "cold_start_steps": 15},  # code:scripts: 15 ALFWorld / 5 WebShop
     ),
 }
 
@@ -322,7 +334,7 @@ def _env_overrides(name: str, preset: dict[str, Any], env: str) -> None:
     elif env == "tir_math" and loss["name"] in ("ppo_clip", "cispo"):
         loss["clip_high"] = 0.28  # T6 GRPO / CISPO / DAPO ε_high on TIR Math
     if name == "sampo" and env == "webshop":
-        preset["filter"]["cold_start_steps"] = 5  # ref §4
+        preset["filter"]["cold_start_steps"] = 5  # code:scripts
 
 
 def get_preset(name: str, env: str = "alfworld") -> dict[str, Any]:
@@ -385,3 +397,18 @@ def make_sampler(preset: dict[str, Any], target_groups: int | None = None,
         filter=f["name"],
         **extra,
     )
+
+
+def preset_list(flag: str, text: str, prog: str) -> list[str]:
+    """``"grpo,sampo"`` -> ``["grpo", "sampo"]``; an unknown preset is one line naming it with a
+    did-you-mean and the presets."""
+    names = [a.strip().lower() for a in text.split(",") if a.strip()]
+    if not names:
+        raise ConfigError(f"{flag} {text!r} names no preset. Fix: e.g. {flag} grpo,sampo "
+                          f"(presets: {', '.join(PRESETS)})")
+    for name in names:
+        if name not in PRESETS:
+            raise ConfigError(f"{flag} {text!r}: unknown preset {name!r}"
+                              f"{did_you_mean(name, PRESETS)}; presets: {', '.join(PRESETS)}. "
+                              f"See `{prog} --help`")
+    return names

@@ -1,4 +1,5 @@
-"""The one registry factory for the RL algorithm layer (DESIGN.md §5, STYLE.md rule 5).
+"""The one registry factory for the RL algorithm layer (docs/architecture.md,
+"Conventions").
 
 Every pluggable piece of :mod:`arlgym.rl` (advantage estimators, policy losses, loss
 aggregations, loss modifiers, group filters) lives in a :class:`Registry` and is chosen by name
@@ -6,7 +7,7 @@ from a config or preset. All registries follow one rule set:
 
 * registering a name twice raises :class:`RegistryError` (no silent overwrite);
 * looking up an unknown name raises :class:`RegistryError` listing the registered names;
-* :meth:`Registry.unregister` exists so tests can undo what they added (STYLE.md rule 18).
+* :meth:`Registry.unregister` exists so tests can undo what they added (docs/architecture.md, "Conventions").
 
 >>> from arlgym.rl.registry import LOSSES
 >>> sorted(LOSSES.names())[:2]  # doctest: +SKIP

@@ -51,11 +51,10 @@ import base64
 import binascii
 import hmac
 import logging
-import secrets
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -63,6 +62,8 @@ from arlgym.core.validation import did_you_mean
 from arlgym.errors import ArlgymError, ConfigError, ResetNeeded, TaskNotFound
 from arlgym.serve.codec import JSONDecodeError, dumps, loads
 from arlgym.serve.hosts import SCRIPTED_METHODS, EnvRaised, HostFailure
+from arlgym.serve.mcp import McpServer
+from arlgym.serve.sessions import NO_REPLY, RequestError, Session, _check_keys, _new_id
 
 __all__ = ["ServeApp", "ServeConfig", "RESET_KEYS", "MODES", "openapi"]
 
@@ -71,22 +72,12 @@ logger = logging.getLogger("arlgym.serve")
 #: keys a reset message may carry (HTTP adds ``session_id``)
 RESET_KEYS = ("seed", "env", "task_id", "split", "options", "episode_id")
 _STEP_KEYS = ("response", "metadata")
-#: a WebSocket handler's "send nothing" (a JSON-RPC notification); ``None`` closes the socket
-NO_REPLY: dict[str, Any] = {}
 #: the server's modes (OpenEnv's ``ServerMode``)
 MODES = ("simulation", "production")
 #: the OpenEnv HTTP API version this server implements (its reference server's OpenAPI version)
 OPENENV_API_VERSION = "1.0.0"
 #: the HTTP routes that production mode drops, as OpenEnv's server does
 SIMULATION_ROUTES = frozenset({("POST", "/reset"), ("POST", "/step"), ("GET", "/state")})
-
-
-class RequestError(Exception):
-    """A client mistake or a refused request: ``status`` (HTTP), ``code`` (OpenEnv's codes)."""
-
-    def __init__(self, status: int, code: str, message: str) -> None:
-        super().__init__(message)
-        self.status, self.code, self.message = status, code, message
 
 
 @dataclass
@@ -107,23 +98,6 @@ class ServeConfig:
     mode: str = "simulation"
 
 
-@dataclass(eq=False)
-class Session:
-    sid: str
-    kind: str  # "http" | "ws"
-    env_id: str | None = None
-    episode_id: str | None = None
-    seed: int | None = None
-    task_id: Any = None
-    steps: int = 0
-    done: bool = True
-    used: float = field(default_factory=time.monotonic)
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    live: bool = False  # holds an env on its host
-    attached: bool = False  # a WebSocket (``/ws?session_id=``) drives this HTTP session now
-    close_pending: bool = False  # closed over MCP while attached: dropped when the socket goes
-
-
 class ServeApp:
     """The ASGI app. ``hosts`` maps each env id to its host (thread or process host)."""
 
@@ -136,8 +110,6 @@ class ServeApp:
         self.resets = self.steps = 0  # served since start (GET /health): is the server used?
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="arlgym-serve")
         self._reaper: asyncio.Task | None = None
-        from arlgym.serve.mcp import McpServer
-
         self.mcp = McpServer(self)
 
     # ------------------------------------------------------------------ ASGI entry
@@ -650,10 +622,6 @@ def _quiet(fn: Callable, *args: Any) -> None:
         pass
 
 
-def _new_id() -> str:
-    return secrets.token_urlsafe(24)  # 192 random bits
-
-
 def _parse_object(raw: bytes | str) -> dict[str, Any]:
     try:
         data = loads(raw)
@@ -663,14 +631,6 @@ def _parse_object(raw: bytes | str) -> dict[str, Any]:
         raise RequestError(400, "INVALID_JSON", f"expected a JSON object, got "
                            f"{type(data).__name__}")
     return data
-
-
-def _check_keys(data: dict[str, Any], allowed: tuple[str, ...], what: str) -> None:
-    unknown = [k for k in data if k not in allowed]
-    if unknown:
-        hint = did_you_mean(unknown[0], allowed)
-        raise RequestError(422, "VALIDATION_ERROR", f"unknown key {unknown[0]!r} in {what}{hint};"
-                           f" accepted: {list(allowed)}")
 
 
 _OBSERVATION_SCHEMA = {"title": "ArlgymObservation", "type": "object", "properties": {

@@ -5,57 +5,16 @@ from __future__ import annotations
 import argparse
 import os
 
-__all__ = ["add_subparser", "parse_env_kwargs", "env_server_kwargs", "add_env_servers"]
+from arlgym.core.sockets import serve_until_interrupted
 
-TOKEN_VARIABLE = "ARLGYM_SERVE_TOKEN"
+# the env-server options live in a base module (every command that plays envs remotely uses
+# them); re-exported here for code that imported them from this module
+from arlgym.envs.servers import TOKEN_VARIABLE, add_env_servers, env_server_kwargs, parse_env_kwargs
+from arlgym.errors import ConfigError
+from arlgym.serve.server import EnvServer, is_loopback
 
-
-def env_server_kwargs(env_servers: str | None, flag: str = "env_servers") -> dict:
-    """The collector's ``servers``/``server_token`` for a comma-separated URL list (the
-    trainer's ``env_servers``, the ``--env-servers`` flag of ``arlgym eval`` and
-    ``arlgym-sft collect``); empty: ``{}`` (local envs). The token comes from
-    ``$ARLGYM_SERVE_TOKEN``, so it never lands in a command line, a config or a record."""
-    from arlgym.errors import ConfigError
-
-    urls = [u.strip() for u in (env_servers or "").split(",") if u.strip()]
-    if not urls:
-        return {}
-    for url in urls:
-        if not url.startswith(("http://", "https://")):
-            raise ConfigError(f"{flag} entry {url!r} is invalid: expected URLs like "
-                              f"http://host:8000, comma-separated (e.g. {flag} "
-                              "http://node1:8000,http://node2:8000)")
-    return {"servers": urls, "server_token": os.environ.get(TOKEN_VARIABLE) or None}
-
-
-def add_env_servers(p: argparse.ArgumentParser) -> None:
-    """``--env-servers URL[,URL...]``: play the envs on ``arlgym serve`` servers."""
-    p.add_argument("--env-servers", default="", metavar="URL[,URL...]",
-                   help="play the envs on these env servers (`arlgym serve`, docs/serving.md), "
-                        "group g on server g mod n, instead of in this process; the results "
-                        f"equal the local run's. A token, if they need one: ${TOKEN_VARIABLE}")
-
-
-def parse_env_kwargs(env_ids: list[str], pairs: list[str]) -> dict[str, dict]:
-    """``--env-kwarg [ENV_ID:]KEY=VALUE`` flags -> ``{env_id: kwargs}``; an unprefixed key
-    needs a single ``--env`` (with several, which env it meant would be a guess)."""
-    from arlgym.cli import _parse_kwargs
-    from arlgym.errors import ConfigError
-
-    out: dict[str, dict] = {env_id: {} for env_id in env_ids}
-    for pair in pairs:
-        target, sep, rest = pair.partition(":")
-        if sep and "=" not in target:
-            if target not in out:
-                raise ConfigError(f"--env-kwarg {pair!r} names env {target!r}, which no --env "
-                                  f"hosts; hosted: {env_ids}")
-            out[target].update(_parse_kwargs([rest]))
-        elif len(env_ids) == 1:
-            out[env_ids[0]].update(_parse_kwargs([pair]))
-        else:
-            raise ConfigError(f"--env-kwarg {pair!r}: with several --env, say which env it is "
-                              f"for, e.g. --env-kwarg {env_ids[0]}:{pair}")
-    return out
+__all__ = ["add_subparser", "parse_env_kwargs", "env_server_kwargs", "add_env_servers",
+           "TOKEN_VARIABLE"]
 
 
 def _require_serve_extra() -> None:
@@ -73,9 +32,6 @@ def _require_serve_extra() -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from arlgym.errors import ConfigError
-    from arlgym.serve.server import EnvServer, is_loopback
-
     if not args.env:
         raise ConfigError("name the envs to host: --env arl/Sokoban-v0 (repeatable); "
                           "`arlgym envs` lists the ids")
@@ -94,8 +50,6 @@ def _serve(args: argparse.Namespace) -> int:
           f"{args.max_sessions} sessions, idle ones closed after {args.ttl:g} s). "
           f"OpenEnv clients: GenericEnvClient(base_url='{server.url}'). Ctrl-C stops.",
           flush=True)
-    from arlgym.core.sockets import serve_until_interrupted
-
     return serve_until_interrupted(server.serve_forever)
 
 

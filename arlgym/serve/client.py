@@ -23,7 +23,7 @@ from typing import Any
 import gymnasium as gym
 
 from arlgym.core.spaces import AnyText
-from arlgym.core.vector import GroupVecEnv
+from arlgym.core.vector import GroupVecEnv, WorkerRestarted
 from arlgym.errors import ConfigError, MissingDependency, ResetNeeded, WorkerError
 from arlgym.serve.codec import decode_result, dumps, jsonable, loads
 
@@ -308,8 +308,6 @@ class RemoteGroupVecEnv(GroupVecEnv):
 
     def _fail_over(self, failed: dict[str, RemoteEnvError], send: str, sends: list[Any],
                    out: list[Any]) -> None:
-        from arlgym.core.vector import WorkerRestarted
-
         url, err = next(iter(failed.items()))
         lost = [i for i, env in enumerate(self.envs) if env.url in failed]
         for u, e in failed.items():

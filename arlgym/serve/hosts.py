@@ -130,8 +130,6 @@ def _worker_main(conn: Any) -> None:
     """A worker process: an env table answering ``(seq, cmd, sid, payload)`` requests."""
     import signal
 
-    import arlgym  # noqa: F401  (registers the env ids)
-
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the server handles Ctrl-C and closes us
     envs: dict[str, Any] = {}
     while True:

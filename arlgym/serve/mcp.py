@@ -30,13 +30,11 @@ raises them); in a standard MCP session a refused tool call is a result with ``i
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from arlgym.core.validation import did_you_mean
 from arlgym.serve.codec import JSONDecodeError, loads
-
-if TYPE_CHECKING:
-    from arlgym.serve.app import ServeApp, Session
+from arlgym.serve.sessions import NO_REPLY, RequestError, Session, _check_keys, _new_id
 
 __all__ = ["McpServer", "TOOLS", "RESERVED_TOOL_NAMES", "PROTOCOL_VERSIONS"]
 
@@ -101,7 +99,7 @@ def _rpc_error(e: Exception) -> RpcError:
 class McpServer:
     """The MCP side of one :class:`~arlgym.serve.app.ServeApp` (it holds the sessions)."""
 
-    def __init__(self, app: ServeApp) -> None:
+    def __init__(self, app: Any) -> None:  # a ServeApp (app.py imports this module)
         self.app = app
 
     # ------------------------------------------------------------------ transports
@@ -110,8 +108,6 @@ class McpServer:
         """``POST``/``DELETE /mcp``: ``(status, body or None, extra headers)``. Every JSON-RPC
         answer is HTTP 200 (``openenv validate`` posts ``{}`` and wants a JSON-RPC error with
         200); a notification gets 202 without a body (streamable HTTP)."""
-        from arlgym.serve.app import RequestError
-
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         header_sid = headers.get("mcp-session-id")
         bound = None
@@ -147,8 +143,6 @@ class McpServer:
 
     async def ws_message(self, session: Session, text: str) -> dict[str, Any] | None:
         """One frame on ``WebSocket /mcp``: a JSON-RPC request on the connection's session."""
-        from arlgym.serve.app import NO_REPLY
-
         try:
             request = loads(text)
         except (JSONDecodeError, UnicodeDecodeError) as e:
@@ -253,8 +247,6 @@ class McpServer:
                                 "says done; the reward of each turn is in the result."}
 
     def _new_session(self) -> Session:
-        from arlgym.serve.app import RequestError, Session, _new_id
-
         session = Session(sid=_new_id(), kind="http")
         try:
             self.app.register(session)
@@ -288,8 +280,6 @@ class McpServer:
 
     async def _tools_call(self, params: dict[str, Any], bound: Session | None,
                           standard: bool) -> dict[str, Any]:
-        from arlgym.serve.app import RequestError
-
         name = params.get("name")
         if not isinstance(name, str) or not name:
             raise RpcError(INVALID_PARAMS, "Missing 'name' in params")
@@ -324,8 +314,6 @@ class McpServer:
 
 
 def _check_step_keys(action: dict[str, Any], allowed: tuple[str, ...]) -> None:
-    from arlgym.serve.app import _check_keys
-
     _check_keys(action, allowed, f"the {action['type']!r} action")
 
 

@@ -20,6 +20,7 @@ import threading
 from typing import Any
 
 from arlgym.core.sockets import listening_socket
+from arlgym.core.validation import check_env_kwargs, check_float, check_int
 from arlgym.errors import ConfigError, MissingDependency
 from arlgym.serve.app import MODES, ServeApp, ServeConfig
 from arlgym.serve.hosts import ProcessHost, ThreadHost
@@ -39,8 +40,6 @@ def is_loopback(host: str) -> bool:
 
 def _env_class(env_id: str) -> type:
     import gymnasium as gym
-
-    import arlgym  # noqa: F401
 
     entry = gym.registry[env_id].entry_point
     return gym.envs.registration.load_env_creator(entry) if isinstance(entry, str) else entry
@@ -90,8 +89,6 @@ class EnvServer:
         except ImportError as e:
             raise MissingDependency("the env server needs uvicorn and websockets: pip install "
                                     "'arlgym[serve]'") from e
-        from arlgym.core.validation import check_env_kwargs, check_float, check_int
-
         if not envs:
             raise ConfigError("envs is empty: host at least one env id, e.g. "
                               "--env arl/Sokoban-v0")

@@ -38,6 +38,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from arlgym.errors import ConfigError
+
 __all__ = ["ArlgymTRLEnv", "EnvironmentFactory", "environment_factory", "seed_dataset"]
 
 
@@ -148,9 +150,6 @@ def environment_factory(env_id: str, env_kwargs: dict[str, Any] | None = None, *
     """A zero-argument, picklable factory for ``GRPOTrainer(environment_factory=...)`` and
     ``AsyncGRPOTrainer`` (whose rollout worker runs in a spawned process)."""
     import gymnasium as gym
-
-    import arlgym  # noqa: F401
-    from arlgym.errors import ConfigError
 
     if env_id not in gym.registry:
         raise ConfigError(f"environment_factory: unknown env id {env_id!r}; see `arlgym envs`")

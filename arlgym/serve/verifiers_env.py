@@ -39,6 +39,8 @@ import verifiers.v1 as vf
 from pydantic import Field
 from verifiers.v1.harnesses.null import NullHarness, NullHarnessConfig
 
+import arlgym
+from arlgym.core.validation import make_checked_env
 from arlgym.errors import ConfigError
 
 __all__ = ["ArlgymTasksetConfig", "ArlgymData", "ArlgymTask", "ArlgymTaskset",
@@ -84,13 +86,11 @@ class ArlgymEnvConfig(vf.EnvConfig):
 def make_env(info: dict[str, Any]) -> Any:
     """The episode's env: ``gymnasium.make`` here, or a session on the server."""
     if info.get("server"):
-        from arlgym.serve.cli import TOKEN_VARIABLE
+        from arlgym.envs.servers import TOKEN_VARIABLE
         from arlgym.serve.client import RemoteEnv
 
         return RemoteEnv(info["server"], info["env"], info.get("env_kwargs") or {},
                          token=os.environ.get(TOKEN_VARIABLE) or None)
-    from arlgym.core.validation import make_checked_env
-
     return make_checked_env(info["env"], dict(info.get("env_kwargs") or {}))
 
 
@@ -175,8 +175,6 @@ def load_environment(env: str = "arl/Sokoban-v0", *, server: str | None = None,
     result is exactly what verifiers' eval and env server run. ``config``: further
     ``EnvConfig`` fields (e.g. ``player={"max_turns": 20}``).
     """
-    import arlgym
-
     if env not in arlgym.ENV_IDS:
         from arlgym.core.validation import did_you_mean
 

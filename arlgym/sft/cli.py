@@ -7,21 +7,26 @@ import json
 import sys
 from pathlib import Path
 
-from arlgym.clikit import ArgumentParser, add_env_kwargs, add_version
+from arlgym.clikit import (
+    ArgumentParser,
+    add_env_kwargs,
+    add_version,
+    env_kwargs_of,
+)
+from arlgym.clirun import run_command, safe_name
+from arlgym.core.validation import check_env_kwargs, check_float, check_int
+from arlgym.envs.servers import add_env_servers
 from arlgym.errors import ArlgymError
 
 __all__ = ["main"]
 
 
 def _default_out(env_id: str, policy: str, split: str) -> Path:
-    from arlgym.cli import safe_name
-
     return Path("sft_data") / f"{safe_name(env_id.removeprefix('arl/'))}__{safe_name(policy)}__{split}"
 
 
 def _cmd_collect(args: argparse.Namespace) -> int:
-    from arlgym.clikit import check_policy_spec, env_kwargs_of
-    from arlgym.core.validation import check_env_kwargs, check_float, check_int
+    from arlgym.policies.spec import check_policy_spec
     from arlgym.sft.collect import CollectConfig, collect_sft
 
     check_policy_spec("--policy", args.policy, "arlgym-sft collect")
@@ -109,8 +114,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-tasks", type=int, default=32,
                    help="task groups played in parallel per batch (default: 32)")
     add_env_kwargs(p)
-    from arlgym.serve.cli import add_env_servers
-
     add_env_servers(p)
     p.add_argument("--out", default=None, help="output folder (default: sft_data/<env>__<policy>__<split>)")
     p.add_argument("--no-progress", action="store_true")
@@ -133,8 +136,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from arlgym.cli import run_command
-
     return run_command(build_parser(), argv, "interrupted; rerun the same command to resume")
 
 

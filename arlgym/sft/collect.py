@@ -33,9 +33,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from arlgym.envs.servers import env_server_kwargs
 from arlgym.errors import ConfigError
 from arlgym.policies.base import Policy, SamplingParams
 from arlgym.rollout import RolloutCollector, Trajectory
+from arlgym.rundir import PLACEMENT_NOT_SETTINGS, check_settings, settings_of
 
 __all__ = ["CollectConfig", "collect_sft", "message_text", "read_jsonl_lines",
            "write_dataset_card"]
@@ -77,8 +79,6 @@ class CollectConfig:
     def identity(self) -> dict[str, Any]:
         """The fields that define the data (a resumed run must not change them); where the envs
         run is not among them (:data:`arlgym.rundir.PLACEMENT_NOT_SETTINGS`)."""
-        from arlgym.rundir import PLACEMENT_NOT_SETTINGS
-
         out = asdict(self)
         for volatile in ("episodes", "workers", "batch_tasks", *PLACEMENT_NOT_SETTINGS):
             out.pop(volatile)
@@ -211,7 +211,6 @@ def collect_sft(cfg: CollectConfig, out: str | Path, policy: Policy | None = Non
     from tqdm.auto import tqdm
 
     from arlgym.policies.spec import seeded_policy
-    from arlgym.rundir import check_settings, settings_of
 
     out = Path(out)
     meta_path = out / "meta.json"
@@ -228,8 +227,6 @@ def collect_sft(cfg: CollectConfig, out: str | Path, policy: Policy | None = Non
                               seed=cfg.seed)
     num_groups = cfg.episodes // cfg.group_size
     env_kwargs = dict(cfg.env_kwargs or {})
-    from arlgym.serve.cli import env_server_kwargs
-
     remote = env_server_kwargs(cfg.env_servers, "--env-servers")
     bar = tqdm(total=cfg.episodes, initial=sum(1 for e in episodes if e < cfg.episodes),
                desc=f"collect {cfg.env_id}", unit="ep", disable=not progress)

@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from arlgym.core.validation import check_float, check_int, check_str
 from arlgym.errors import ArlgymError, ConfigError, MissingDependency
+from arlgym.models import load_model_and_tokenizer
+from arlgym.rundir import check_settings, settings_of, write_settings
+from arlgym.sft.trl_run import run_sft_trainer
+from arlgym.sft.vision import has_images, train_vision_sft
 
 __all__ = ["SFTRunConfig", "train_sft", "add_train_arguments", "train_from_args", "load_samples"]
 
@@ -51,8 +54,6 @@ class SFTRunConfig:
 
 
     def __post_init__(self) -> None:
-        from arlgym.core.validation import check_float, check_int, check_str
-
         where = "arlgym-sft train"
         for name, lo in (("batch_size", 1), ("grad_accum", 1), ("max_length", 8), ("seed", 0),
                          ("logging_steps", 1), ("save_steps", 0), ("lora_r", 0),
@@ -128,50 +129,6 @@ def _read_samples(f: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def _time_budget_callback(minutes: float):
-    from transformers import TrainerCallback
-
-    class TimeBudget(TrainerCallback):
-        """Stops training (and saves) once the wall-clock budget is spent."""
-
-        def __init__(self) -> None:
-            self.start = time.perf_counter()
-
-        def on_step_end(self, args, state, control, **kwargs):
-            if time.perf_counter() - self.start > minutes * 60:
-                control.should_training_stop = True
-            return control
-
-    return TimeBudget()
-
-
-def train_and_save(trainer: Any, cfg: SFTRunConfig, processing: Any, num_samples: int) -> dict[str, Any]:
-    """Run a TRL ``SFTTrainer``, save the (LoRA-merged) model with its tokenizer or processor
-    to ``cfg.output_dir`` and write ``sft_stats.json``; the text and vision paths share it."""
-    started = time.perf_counter()
-    result = trainer.train()
-    elapsed = time.perf_counter() - started
-    final = trainer.model
-    if cfg.lora_r > 0:
-        final = final.merge_and_unload()
-    out = Path(cfg.output_dir)
-    if trainer.accelerator.is_main_process:
-        final.save_pretrained(out)
-        processing.save_pretrained(out)
-    stats = {
-        "model": cfg.model,
-        "samples": num_samples,
-        "steps": int(result.global_step),
-        "train_loss": float(result.training_loss),
-        "seconds": elapsed,
-        "epochs_done": trainer.state.epoch,
-        "log": [h for h in trainer.state.log_history if "loss" in h],
-    }
-    if trainer.accelerator.is_main_process:
-        (out / "sft_stats.json").write_text(json.dumps(stats, indent=2))
-    return stats
-
-
 #: SFTRunConfig fields that do not change the checkpoint: where it goes, logging, progress
 _NOT_SETTINGS = ("output_dir", "logging_steps", "save_steps", "report_to", "progress")
 
@@ -180,8 +137,6 @@ def check_sft_dir(cfg: SFTRunConfig) -> None:
     """Refuse to train into an ``output_dir`` holding a checkpoint trained with other settings
     (it would be overwritten by one that its folder's records no longer describe), and record
     this run's settings there. A folder with the same settings is trained again from scratch."""
-    from arlgym.rundir import check_settings, settings_of, write_settings
-
     out = Path(cfg.output_dir)
     settings = settings_of(cfg, _NOT_SETTINGS)
     if any((out / name).exists() for name in ("sft_stats.json", "model.safetensors", "config.json")):
@@ -202,13 +157,10 @@ def train_sft(cfg: SFTRunConfig) -> dict[str, Any]:
     """
     check_sft_dir(cfg)
     try:
-        import torch
+        import torch  # noqa: F401
         import transformers  # noqa: F401
     except ImportError as e:
         raise MissingDependency(_TRAIN_EXTRA) from e
-    from arlgym.models import load_model_and_tokenizer
-    from arlgym.sft.vision import has_images, train_vision_sft
-
     if has_images(cfg.data):  # a vision dataset: TRL's VLM path with the model's processor
         return train_vision_sft(cfg)
     samples = load_samples(cfg.data)
@@ -220,46 +172,12 @@ def train_sft(cfg: SFTRunConfig) -> dict[str, Any]:
         # without TRL: importing it costs ~5 s that the prefix engine never uses
         return train_prefix_sft(cfg, samples)
     try:
-        from datasets import Dataset
-        from trl import SFTConfig, SFTTrainer
+        import datasets  # noqa: F401
+        import trl  # noqa: F401
     except ImportError as e:
         raise MissingDependency(_TRAIN_EXTRA) from e
     model, tokenizer = load_model_and_tokenizer(cfg.model, seed=cfg.seed)
-    model.train()
-    if cfg.lora_r > 0:
-        from peft import LoraConfig, get_peft_model
-
-        model = get_peft_model(model, LoraConfig(r=cfg.lora_r, lora_alpha=2 * cfg.lora_r,
-                                                 target_modules="all-linear", task_type="CAUSAL_LM"))
-    dataset = Dataset.from_list(samples)
-    steps_per_epoch = math.ceil(len(samples) / (cfg.batch_size * cfg.grad_accum))
-    sft_args = SFTConfig(
-        output_dir=cfg.output_dir,
-        assistant_only_loss=True,
-        max_length=cfg.max_length,
-        packing=False,
-        per_device_train_batch_size=cfg.batch_size,
-        gradient_accumulation_steps=cfg.grad_accum,
-        num_train_epochs=cfg.epochs,
-        max_steps=cfg.max_steps,
-        learning_rate=cfg.lr,
-        lr_scheduler_type=cfg.lr_scheduler,
-        warmup_steps=int(cfg.warmup_ratio * steps_per_epoch * max(cfg.epochs, 1)),
-        weight_decay=cfg.weight_decay,
-        logging_steps=cfg.logging_steps,
-        save_strategy="steps" if cfg.save_steps > 0 else "no",
-        save_steps=cfg.save_steps if cfg.save_steps > 0 else 500,
-        report_to=cfg.report_to,
-        seed=cfg.seed,
-        bf16=cfg.bf16,
-        dataloader_num_workers=0,
-        disable_tqdm=not cfg.progress,
-        use_cpu=not torch.cuda.is_available(),
-    )
-    callbacks = [_time_budget_callback(cfg.time_budget_minutes)] if cfg.time_budget_minutes else []
-    trainer = SFTTrainer(model=model, args=sft_args, train_dataset=dataset,
-                         processing_class=tokenizer, callbacks=callbacks)
-    return train_and_save(trainer, cfg, tokenizer, len(samples))
+    return run_sft_trainer(cfg, model, tokenizer, samples)
 
 
 def add_train_arguments(p: argparse.ArgumentParser) -> None:

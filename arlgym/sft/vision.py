@@ -13,11 +13,12 @@ processor, no extra special tokens; tested).
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any
 
 from arlgym.errors import ConfigError
+from arlgym.models import is_vision_model, load_model_and_tokenizer, load_processor
+from arlgym.sft.trl_run import run_sft_trainer
 
 __all__ = ["has_images", "load_vision_samples", "train_vision_sft"]
 
@@ -83,8 +84,6 @@ def load_vision_samples(paths: tuple[str, ...] | list[str]) -> list[dict[str, An
 def train_vision_sft(cfg: Any) -> dict[str, Any]:
     """Fine-tune the VLM ``cfg.model`` (an :class:`~arlgym.sft.train.SFTRunConfig`) on vision
     data with TRL's ``SFTTrainer``; returns run statistics (also in ``sft_stats.json``)."""
-    from arlgym.models import is_vision_model, load_model_and_tokenizer, load_processor
-
     if cfg.engine == "prefix":
         raise ConfigError("--engine prefix is text-only; vision data trains with --engine trl")
     samples = load_vision_samples(cfg.data)
@@ -93,49 +92,11 @@ def train_vision_sft(cfg: Any) -> dict[str, Any]:
     if processor is None or not is_vision_model(model):
         raise ConfigError(f"--model {cfg.model!r} is not a vision-language model, but the data "
                           "holds images; use --model tiny-vl or a VLM checkpoint")
-    import torch
-    from datasets import Dataset
-    from trl import SFTConfig, SFTTrainer
-
-    from arlgym.sft.train import _time_budget_callback
-    model.train()
-    if cfg.lora_r > 0:
-        from peft import LoraConfig, get_peft_model
-
-        model = get_peft_model(model, LoraConfig(r=cfg.lora_r, lora_alpha=2 * cfg.lora_r,
-                                                 target_modules="all-linear", task_type="CAUSAL_LM"))
-    dataset = Dataset.from_list(samples)
-    steps_per_epoch = math.ceil(len(samples) / (cfg.batch_size * cfg.grad_accum))
-    args = SFTConfig(
-        output_dir=cfg.output_dir,
-        assistant_only_loss=True,
+    return run_sft_trainer(
+        cfg, model, processor, samples,
         max_length=None,  # never cut image tokens off
-        packing=False,
-        per_device_train_batch_size=cfg.batch_size,
-        gradient_accumulation_steps=cfg.grad_accum,
-        num_train_epochs=cfg.epochs,
-        max_steps=cfg.max_steps,
-        learning_rate=cfg.lr,
-        lr_scheduler_type=cfg.lr_scheduler,
-        warmup_steps=int(cfg.warmup_ratio * steps_per_epoch * max(cfg.epochs, 1)),
-        weight_decay=cfg.weight_decay,
-        logging_steps=cfg.logging_steps,
-        save_strategy="steps" if cfg.save_steps > 0 else "no",
-        save_steps=cfg.save_steps if cfg.save_steps > 0 else 500,
-        report_to=cfg.report_to,
-        seed=cfg.seed,
-        bf16=cfg.bf16,
-        dataloader_num_workers=0,
-        disable_tqdm=not cfg.progress,
-        use_cpu=not torch.cuda.is_available(),
         remove_unused_columns=False,
         # TRL turns activation checkpointing on by default; for small models it only costs
         # compute (measured on tiny-vl: a step took several times longer with it)
         gradient_checkpointing=bool(getattr(cfg, "gradient_checkpointing", False)),
     )
-    callbacks = [_time_budget_callback(cfg.time_budget_minutes)] if cfg.time_budget_minutes else []
-    trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=processor,
-                         callbacks=callbacks)
-    from arlgym.sft.train import train_and_save
-
-    return train_and_save(trainer, cfg, processor, len(samples))

@@ -7,8 +7,12 @@ import sys
 
 import pytest
 
-from arlgym.evaluation.decodings import (greedy_companion, is_model_policy, paired_on_tasks,
-                                         success_by_task)
+from arlgym.evaluation.decodings import (
+    greedy_companion,
+    is_model_policy,
+    paired_on_tasks,
+    success_by_task,
+)
 from arlgym.rollout import load_jsonl
 
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
-from arlgym.errors import ConfigError
+from arlgym.envs.requirements import import_for
 
 __all__ = [
     "FloorPlan",
@@ -124,15 +124,7 @@ class Tables:
 
 
 def _require_alfworld() -> Any:
-    try:
-        import alfworld.gen.constants as constants
-        import alfworld.gen.goal_library as goal_library
-    except ImportError as e:  # pragma: no cover - depends on the install
-        raise ConfigError(
-            "arl/ALFWorld-v0 needs the alfworld package: pip install 'arlgym[alfworld]' "
-            "(alfworld==0.4.2; no data download is needed)"
-        ) from e
-    return constants, goal_library
+    return import_for("arl/ALFWorld-v0", "alfworld.gen.constants", "alfworld.gen.goal_library")
 
 
 @functools.cache

@@ -18,6 +18,19 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from arlgym.envs.alfworld.engine import AlfredGame
+from arlgym.envs.alfworld.expert import play_expert, play_plan
+from arlgym.envs.alfworld.generator import (
+    DEFAULT_SPLIT_SIZES,
+    OFFICIAL_SPLIT_DIRS,
+    SPLITS,
+    domain_text,
+    generate_game,
+    grammar_template,
+    write_game,
+)
+from arlgym.errors import ConfigError, UnsolvableError
+
 if TYPE_CHECKING:
     from arlgym.envs.alfworld.engine import AlfredGame
     from arlgym.envs.alfworld.generator import GeneratedGame
@@ -40,16 +53,6 @@ def generate_split(split: str, num: int, out: str | Path, *, seed: int = 0,
     (:func:`.expert.play_plan`, ~0.3 s per game): data written for other tools should not rest
     on our expert alone. A draw that fails is replaced by the next draw for the same slot.
     """
-    from arlgym.envs.alfworld.engine import AlfredGame
-    from arlgym.envs.alfworld.generator import (
-        OFFICIAL_SPLIT_DIRS,
-        domain_text,
-        generate_game,
-        grammar_template,
-        write_game,
-    )
-    from arlgym.errors import ConfigError, UnsolvableError
-
     if check not in CHECKS:
         raise ConfigError(f"check must be one of {sorted(CHECKS)}, got {check!r}")
     out = Path(out)
@@ -83,8 +86,6 @@ def generate_split(split: str, num: int, out: str | Path, *, seed: int = 0,
 
 def _passes_checks(engine: AlfredGame, game: GeneratedGame, checks: tuple[str, ...]) -> bool:
     """Run ``checks`` on ``game`` in ``engine``; on success, fill its walkthrough and checks."""
-    from arlgym.envs.alfworld.expert import play_expert, play_plan
-
     engine.load(game.game_json())
     walkthrough = play_expert(engine, game.task_type, game.pddl_params)
     if walkthrough is None:
@@ -106,8 +107,6 @@ def _run_generate(args: argparse.Namespace) -> int:
 
 def add_subparser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Register ``alfworld`` (with its ``generate`` subcommand) on ``subparsers``."""
-    from arlgym.envs.alfworld.generator import DEFAULT_SPLIT_SIZES, SPLITS
-
     parser = subparsers.add_parser(
         "alfworld", help="ALFWorld tools (generate games offline)",
         description="ALFWorld tools. Games are generated from the THOR floor plans shipped "
@@ -140,8 +139,6 @@ def add_subparser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentPa
 
 
 def _with_default_num(args: argparse.Namespace) -> argparse.Namespace:
-    from arlgym.envs.alfworld.generator import DEFAULT_SPLIT_SIZES
-
     if args.num is None:
         args.num = DEFAULT_SPLIT_SIZES[args.split]
     return args

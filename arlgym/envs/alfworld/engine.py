@@ -48,6 +48,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from arlgym.envs.alfworld.generator import grammar_template
+from arlgym.envs.requirements import import_for
 from arlgym.errors import ArlgymError, LevelFormatError
 
 __all__ = ["AlfredGame", "ReferenceGame", "load_game_file", "INVALID_FEEDBACK", "CACHE_LIMITS",
@@ -60,19 +61,10 @@ _EVAL_GLOBALS = {"__builtins__": builtins}
 
 
 def _import_engine() -> Any:
-    try:
-        import fast_downward
-        import textworld.logic as twlogic
-        from alfworld.agents.utils.misc import Demangler
-        from textworld.envs.pddl import logic as pddl_logic
-        from textworld.envs.pddl import textgen
-        from textworld.generator.game import EntityInfo
-    except ImportError as e:  # pragma: no cover - depends on the install
-        raise ArlgymError(
-            "the ALFWorld engine needs textworld[pddl] and alfworld: "
-            "pip install 'arlgym[alfworld]'"
-        ) from e
-    return fast_downward, twlogic, pddl_logic, textgen, EntityInfo, Demangler
+    fast_downward, twlogic, misc, pddl_logic, textgen, game = import_for(
+        "arl/ALFWorld-v0", "fast_downward", "textworld.logic", "alfworld.agents.utils.misc",
+        "textworld.envs.pddl.logic", "textworld.envs.pddl.textgen", "textworld.generator.game")
+    return fast_downward, twlogic, pddl_logic, textgen, game.EntityInfo, misc.Demangler
 
 
 def load_game_file(path: str) -> dict[str, Any]:

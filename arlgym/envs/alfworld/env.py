@@ -49,7 +49,9 @@ from arlgym.core.validation import (
     check_sequence,
     check_str,
 )
-from arlgym.envs.alfworld.catalog import TASK_TYPES
+from arlgym.envs.alfworld.catalog import TASK_TYPES, tables
+from arlgym.envs.alfworld.engine import AlfredGame, load_game_file
+from arlgym.envs.alfworld.expert import next_expert_step, play_expert
 from arlgym.envs.alfworld.generator import (
     DEFAULT_SPLIT_SIZES,
     GENERATOR_VERSION,
@@ -60,6 +62,7 @@ from arlgym.envs.alfworld.generator import (
     task_ids,
     write_game,
 )
+from arlgym.envs.requirements import require
 from arlgym.errors import ConfigError, LevelFormatError, TaskNotFound, UnsolvableError
 
 __all__ = ["ALFWorldEnv", "REWARD_WON", "cache_root", "official_root", "load_generated"]
@@ -133,8 +136,6 @@ def load_generated(split: str, index: int, *, seed: int = 0, cache: Path | None 
     rename, ``game.tw-pddl`` last), so concurrent processes at worst generate the same game
     twice and never see a half-written one.
     """
-    from arlgym.envs.alfworld.engine import AlfredGame
-    from arlgym.envs.alfworld.expert import play_expert
 
     folder = (cache or cache_root()) / "alfworld" / f"{GENERATOR_VERSION}-s{seed}" / split / \
         f"gen-{split}-{index:05d}"
@@ -186,8 +187,6 @@ class ALFWorldEnv(AgentEnv):
         max_steps: int | None = None,
         **kwargs: Any,
     ) -> None:
-        from arlgym.envs.requirements import require
-
         require("arl/ALFWorld-v0")  # at make, not at the first reset
         super().__init__(max_steps=max_steps, **kwargs)
         check_choice("data_source", data_source, ("auto", "generated", "official"),
@@ -309,8 +308,6 @@ class ALFWorldEnv(AgentEnv):
         return self._engine
 
     def _load_task(self, seed: int | None, options: dict[str, Any]) -> TaskSpec:
-        from arlgym.envs.alfworld.engine import load_game_file
-
         split = _normalise_split(options.get("split", self.split), name="options['split']")
         if "task_id" in options:
             task_id = check_str("options['task_id']", options["task_id"], where=_WHERE,
@@ -344,8 +341,6 @@ class ALFWorldEnv(AgentEnv):
 
     def _templated_goal(self) -> str:
         """ALFWorld's templated task text for official games whose grammar has no task yet."""
-        from arlgym.envs.alfworld.catalog import tables
-
         p = self._traj.get("pddl_params", {})
         templates = tables().goal_templates.get(self._traj.get("task_type", ""), ("{obj}",))
         return templates[0].format(obj=str(p.get("object_target", "")).lower(),
@@ -394,8 +389,6 @@ class ALFWorldEnv(AgentEnv):
     # ------------------------------------------------------------------ expert
     def expert_response(self) -> str:
         """``<think>…</think><action>…</action>`` with the expert's next command."""
-        from arlgym.envs.alfworld.expert import next_expert_step
-
         step = next_expert_step(self._engine, self.task.task_type,
                                 self._traj.get("pddl_params", {}))
         return step.response(self._task_text)

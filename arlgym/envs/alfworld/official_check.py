@@ -18,6 +18,16 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from arlgym.envs.alfworld.cli import CHECKS, _passes_checks
+from arlgym.envs.alfworld.engine import AlfredGame
+from arlgym.envs.alfworld.generator import (
+    domain_text,
+    generate_in_floor_plan,
+    grammar_template,
+    write_game,
+)
+from arlgym.errors import UnsolvableError
+
 __all__ = ["alfworld_config", "write_floor_plan_games", "replay_walkthroughs",
            "run_handcoded_expert"]
 
@@ -49,16 +59,6 @@ def write_floor_plan_games(out: str | Path, floor_plans: Iterable[str], *, seed:
     (see :data:`.cli.CHECKS`) in our engine before it is written; a draw that fails is replaced
     by the next one. Also writes ``out/logic/alfred.{pddl,twl2}``.
     """
-    from arlgym.envs.alfworld.cli import CHECKS, _passes_checks
-    from arlgym.envs.alfworld.engine import AlfredGame
-    from arlgym.envs.alfworld.generator import (
-        domain_text,
-        generate_in_floor_plan,
-        grammar_template,
-        write_game,
-    )
-    from arlgym.errors import UnsolvableError
-
     out = Path(out)
     (out / "logic").mkdir(parents=True, exist_ok=True)
     (out / "logic" / "alfred.pddl").write_text(domain_text())

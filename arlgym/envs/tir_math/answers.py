@@ -16,6 +16,7 @@ import threading
 from fractions import Fraction
 
 from arlgym.core.parsing import extract_boxed
+from arlgym.envs.requirements import pip_install
 
 __all__ = ["extract_boxed", "answers_match", "normalise_answer"]
 
@@ -68,7 +69,6 @@ def _math_verify_match(pred: str, gold: str) -> bool | None:
     try:
         from math_verify import parse, verify
     except ImportError as e:
-        from arlgym.envs.requirements import pip_install
         from arlgym.errors import MissingDependency
 
         raise MissingDependency("judging answers with math-verify needs it installed. Fix: "

@@ -42,6 +42,7 @@ from arlgym.core.parsing import (
     truncate_after_code,
 )
 from arlgym.core.prompts import TIR_MATH, HistoryEntry
+from arlgym.envs.requirements import require
 from arlgym.envs.tir_math.answers import answers_match
 from arlgym.envs.tir_math.problems import (
     FAMILIES,
@@ -145,8 +146,6 @@ class TIRMathEnv(AgentEnv):
         use_math_verify: bool = True,
         **kwargs: Any,
     ) -> None:
-        from arlgym.envs.requirements import require
-
         # no reward that depends on what happens to be installed: without math-verify the env
         # is refused unless use_math_verify=False chooses the exact checker explicitly
         # (the sandbox checks its own isolation, with its own fixes, below)

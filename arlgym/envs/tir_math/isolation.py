@@ -1,6 +1,6 @@
 """The TIR sandbox's isolation boundary: the one module that decides where model code runs.
 
-(DESIGN.md §8.) :class:`~arlgym.envs.tir_math.sandbox.PythonSandbox` asks it for a fork server
+:class:`~arlgym.envs.tir_math.sandbox.PythonSandbox` asks it for a fork server
 and gets ``(stdout, stderr, status)`` per cell back; how the boundary is built lives here and in
 the per-cell set-up of :mod:`~arlgym.envs.tir_math.forkserver`. The threat model, what is
 contained and what is not: ``docs/security.md``.
@@ -47,6 +47,7 @@ import threading
 from functools import cache
 from pathlib import Path
 
+from arlgym.envs.tir_math.forkserver import ForkServer, ForkServerError
 from arlgym.errors import MissingDependency
 
 __all__ = ["INSTALL_HINT", "find_bwrap", "server_command", "isolation_problem",
@@ -190,8 +191,6 @@ def isolation_mode(python: str) -> str:
 
 
 def _probe(python: str, mode: str) -> str | None:
-    from arlgym.envs.tir_math.forkserver import ForkServer, ForkServerError
-
     check = ("import os\nprint(os.getpid(), os.getuid() != 0, sorted(os.listdir('/proc'))[:1], "
              "open('/proc/self/status').read().split('CapEff:')[1].split()[0])")
     expected = "1 True ['1'] 0000000000000000"

@@ -40,6 +40,7 @@ import numpy as np
 
 from arlgym.core.env import ActResult
 from arlgym.core.procfs import process_table
+from arlgym.envs.webshop.chrome import find_chrome
 from arlgym.envs.webshop.engine import SEP, parse_shop_action
 from arlgym.envs.webshop.env import REWARD_WIN, WebShopEnv
 from arlgym.envs.webshop.server import shared_server
@@ -55,17 +56,6 @@ _PROBE_TIMEOUT = 5.0
 _CHROME_FLAGS = ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
                  "--no-first-run", "--disable-quic", "--window-size=1000,900")
-
-
-def find_chrome() -> tuple[str, str]:
-    """Paths of (chromium, chromedriver), or a :class:`ConfigError` that says how to install."""
-    browser = os.environ.get("CHROMIUM") or next(
-        (p for p in (shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome")) if p), None)
-    driver = os.environ.get("CHROMEDRIVER") or shutil.which("chromedriver")
-    if not browser or not driver:
-        raise ConfigError("WebShopBrowser needs Chromium and ChromeDriver: apt-get install chromium "
-                          "chromium-driver (or set CHROMIUM / CHROMEDRIVER to their paths)")
-    return browser, driver
 
 
 class BrowserCrashed(EnvCrashed):

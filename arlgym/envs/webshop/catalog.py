@@ -47,6 +47,8 @@ from typing import Any
 
 import numpy as np
 
+from arlgym.core.validation import check_int
+from arlgym.envs.webshop.search import cache_root
 from arlgym.errors import ConfigError, LevelFormatError
 
 __all__ = ["Product", "Goal", "Catalog", "SyntheticCatalog", "OfficialCatalog", "generate_catalog",
@@ -272,7 +274,11 @@ class _LazySeq(Sequence):
 
 
 class _AsinMap(Mapping):
-    def __init__(self, catalog: SyntheticCatalog) -> None:
+    """A catalog's ``by_asin``: a read-only dict view that builds each product on demand from
+    the catalog's ``index_of`` / ``asin_of`` / ``product`` (the generated and the official
+    catalog alike), so no catalog holds a dict of every product."""
+
+    def __init__(self, catalog: SyntheticCatalog | OfficialCatalog) -> None:
         self._cat = catalog
 
     def __getitem__(self, asin: str) -> Product:
@@ -314,8 +320,6 @@ class SyntheticCatalog:
     def _cached_arrays(self) -> dict[str, np.ndarray]:
         """The choice arrays: generated, or read from the disk cache for large catalogs (a
         worker process starts without regenerating 1.18M products)."""
-        from arlgym.envs.webshop.search import cache_root
-
         path = cache_root() / "webshop" / f"{self.fingerprint}-catalog.npz"
         if self.num_products >= 50_000 and path.is_file():
             try:
@@ -588,8 +592,6 @@ class SyntheticCatalog:
 def generate_catalog(num_products: int = 1000, seed: int = 0, goals_per_product: int = 2) -> SyntheticCatalog:
     """A synthetic catalog (see :class:`SyntheticCatalog`); the same object for the same
     arguments within a process."""
-    from arlgym.core.validation import check_int
-
     return _synthetic(check_int("num_products", num_products, min=5, max=MAX_PRODUCTS, example=1000),
                       check_int("catalog_seed", seed, min=0, max=2**63 - 1, example=0),
                       check_int("goals_per_product", goals_per_product, min=1, max=2, example=2))
@@ -745,8 +747,6 @@ def load_official_catalog(products_file: str | Path, instructions_file: str | Pa
     """WebShop's own product and instruction files (see the module docstring), read once into an
     on-disk store (SQLite, under the arlgym cache) that later loads reuse: products and goals are
     read from it when asked for, so memory stays bounded at any file size."""
-    from arlgym.envs.webshop.search import cache_root
-
     products_file, instructions_file = Path(products_file), Path(instructions_file)
     if goal_source not in ("synthetic", "human"):
         raise ConfigError(f"goal_source={goal_source!r} is invalid: expected 'synthetic' or 'human'")
@@ -889,26 +889,6 @@ def _product_row(p: Product) -> list:
             p.price_text]
 
 
-class _StoreAsinMap(Mapping):
-    def __init__(self, catalog: OfficialCatalog) -> None:
-        self._cat = catalog
-
-    def __getitem__(self, asin: str) -> Product:
-        i = self._cat.index_of(asin)
-        if i is None:
-            raise KeyError(asin)
-        return self._cat.product(i)
-
-    def __iter__(self) -> Iterator[str]:
-        return (p.asin for p in self._cat.iter_products())
-
-    def __len__(self) -> int:
-        return len(self._cat.products)
-
-    def __contains__(self, asin: object) -> bool:
-        return isinstance(asin, str) and self._cat.index_of(asin) is not None
-
-
 class OfficialCatalog:
     """WebShop's product files, read from the on-disk store :func:`load_official_catalog` made;
     ``products``, ``goals`` and ``by_asin`` behave as a list, a list and a dict."""
@@ -924,7 +904,7 @@ class OfficialCatalog:
         self.product = lru_cache(maxsize=8192)(self.product)  # type: ignore[method-assign]
         self.products: Sequence[Product] = _LazySeq(int(meta["products"]), self.product)
         self.goals: Sequence[Goal] = _LazySeq(int(meta["goals"]), self.goal)
-        self.by_asin: Mapping[str, Product] = _StoreAsinMap(self)
+        self.by_asin: Mapping[str, Product] = _AsinMap(self)
 
     def _db(self) -> Any:
         import sqlite3

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import argparse
 
+from arlgym.core.sockets import serve_until_interrupted
+from arlgym.envs.webshop.engine import ShopSession
+from arlgym.envs.webshop.env import load_shop, split_range
+from arlgym.envs.webshop.server import ShopServer
+
 __all__ = ["add_subparser"]
 
 
 def _serve(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from arlgym.envs.webshop.engine import ShopSession
-    from arlgym.envs.webshop.env import load_shop, split_range
-    from arlgym.envs.webshop.server import ShopServer
 
     catalog, index = load_shop(args.data_dir, args.num_products, args.catalog_seed, args.goal_source)
     low, high = split_range(args.split, len(catalog.goals))
@@ -23,8 +25,6 @@ def _serve(args: argparse.Namespace) -> int:
     print(f"WebShop: {len(catalog.products)} products, {high - low} {args.split} goals. "
           f"Open {server.url}/ (each visit: a new goal; a session "
           f"unused for {args.ttl:g} s is forgotten). Ctrl-C stops.")
-    from arlgym.core.sockets import serve_until_interrupted
-
     return serve_until_interrupted(server.serve_forever)
 
 

@@ -31,6 +31,7 @@ from typing import Any, ClassVar
 from arlgym.core.env import ActResult, AgentEnv, TaskSpec
 from arlgym.core.prompts import WEBSHOP, HistoryEntry, format_admissible, render_prompt
 from arlgym.core.validation import check_choice, check_int, check_path
+from arlgym.envs.requirements import require
 from arlgym.envs.webshop.catalog import (
     MAX_PRODUCTS,
     Catalog,
@@ -107,8 +108,6 @@ class WebShopEnv(AgentEnv):
     def __init__(self, data_dir: str | Path | None = None, num_products: int = 1000,
                  catalog_seed: int = 0, goal_source: str = "synthetic", max_steps: int | None = None,
                  **kwargs: Any) -> None:
-        from arlgym.envs.requirements import require
-
         require(getattr(self, "spec_id", "arl/WebShop-v0"))
         super().__init__(max_steps=max_steps, **kwargs)
         self.catalog, self.index = load_shop(data_dir, num_products, catalog_seed, goal_source)

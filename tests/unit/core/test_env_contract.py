@@ -1,4 +1,4 @@
-"""Every registered env id honours the AgentEnv contract (DESIGN.md §3)."""
+"""Every registered env id honours the AgentEnv contract (docs/architecture.md, "The env contract")."""
 
 import subprocess
 import sys

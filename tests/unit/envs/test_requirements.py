@@ -69,3 +69,22 @@ def test_tir_math_without_math_verify_is_an_explicit_logged_choice(monkeypatch, 
     assert not answers_match("\\sqrt{2}/2", "\\frac{1}{\\sqrt{2}}", use_math_verify=False)
     with pytest.raises(MissingDependency, match=r"\[math\]"):  # never a silent fallback
         answers_match("\\sqrt{2}/2", "\\frac{1}{\\sqrt{2}}")
+
+
+def test_import_for_raises_the_env_requirement_error(monkeypatch):
+    from arlgym.envs.requirements import import_for
+
+    _without(monkeypatch, "alfworld", "alfworld.gen", "alfworld.gen.constants")
+    with pytest.raises(MissingDependency, match=r"arl/ALFWorld-v0 needs the alfworld package.*"
+                                                r"Fix: .*pip install .*\[alfworld\]"):
+        import_for("arl/ALFWorld-v0", "alfworld.gen.constants")
+
+
+def test_import_for_names_a_module_that_does_not_import_and_returns_the_rest():
+    from arlgym.envs.requirements import import_for
+
+    json_module, path_module = import_for("arl/Sokoban-v0", "json", "os.path")
+    assert json_module.dumps([1]) == "[1]" and path_module.join("a", "b") == "a/b"
+    with pytest.raises(MissingDependency, match=r"arl/Sokoban-v0 needs no_such_module_xyz, which "
+                                                r"does not import here .*pip install"):
+        import_for("arl/Sokoban-v0", "json", "no_such_module_xyz")

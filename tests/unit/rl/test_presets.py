@@ -71,7 +71,7 @@ def test_unknown_and_not_applicable():
 
 
 def test_sampo_composition():
-    # SAMPO = GiGPO advantage + GSPO sequence clipping + dynamic filtering (Eq. 8, reference §4)
+    # SAMPO = GiGPO advantage + GSPO sequence clipping + dynamic filtering (ARLArena paper, Eq. 8)
     p = get_preset("sampo")
     assert p["advantage"]["name"] == "gigpo"
     assert p["advantage"]["gamma"] == 0.95 and p["advantage"]["step_weight"] == 1.0

@@ -1,4 +1,4 @@
-"""The registry factory (STYLE.md rule 5). Run: pytest tests/unit/rl/test_registry.py"""
+"""The registry factory (docs/architecture.md, "Conventions"). Run: pytest tests/unit/rl/test_registry.py"""
 
 import pytest
 
