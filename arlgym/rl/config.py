@@ -63,7 +63,7 @@ class TrainConfig:
     eval_top_k: int = _f(0, "Top-k of the evals when eval_temperature > 0 (0: off).")
     eval_samples: int = _f(1, "Episodes per task of the evals (success then averages them; "
                               "more than 1 needs eval_temperature > 0).")
-    collapse_alarm: bool = _f(True, "Judge the run online with arlgym.arena.detect_collapse "
+    collapse_alarm: bool = _f(True, "Judge the run online with arlgym.rl.alarm.detect_collapse "
                                     "(paper Finding 2): a warning and the alarm/collapse metric.")
     stop_on_collapse: bool = _f(False, "End the run when the collapse alarm fires; final/ then "
                                        "holds the last checkpoint saved before the collapse "
@@ -258,11 +258,9 @@ class TrainConfig:
             raise ConfigError(f"rollout_correction {self.rollout_correction} compares the "
                               "sampler's log-probs with the learner's, but old_logprobs rollout "
                               "makes them the same. Fix: --old_logprobs recompute (or auto)")
-        from arlgym.rl.staleness import POLICIES
+        from arlgym.rl.staleness import check_staleness
 
-        if self.staleness_policy not in POLICIES:
-            raise ConfigError(f"staleness_policy={self.staleness_policy!r} is unknown: expected "
-                              f"one of {', '.join(POLICIES)}. Fix: --staleness_policy pace")
+        check_staleness(self.max_staleness, self.staleness_policy)
         if self.ppo_epochs < 1:
             raise ConfigError(f"ppo_epochs must be >= 1, got {self.ppo_epochs}")
         for name in ("env_kwargs", "loss_kwargs", "advantage_kwargs"):
