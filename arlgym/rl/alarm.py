@@ -36,6 +36,15 @@ Nothing supports it as an early warning here, so it stays out of the rule.
 
 Runs shorter than ``min_steps`` are never judged. :class:`CollapseMonitor` runs the same rule
 online, one row at a time, for the trainer.
+
+**Degradation** (:func:`detect_degradation`, the trainer's ``degradation_alarm``): a policy can
+get worse with its format intact — no IS signature, no format fall, so the rule above stays
+silent. The periodic greedy eval on the validation split sees it: the alarm fires when
+``patience`` evals in a row sit below the best earlier eval by more than ``z`` standard errors
+of the difference (and by at least ``abs_drop``). It never reads the test panel.
+
+What the trainer does when the alarm fires is ``on_collapse`` (:data:`ON_COLLAPSE`): warn, stop,
+or roll back (:mod:`arlgym.rl.rollback`, remedies :data:`REMEDY_NAMES`).
 """
 
 from __future__ import annotations
@@ -45,7 +54,13 @@ from typing import Any
 
 from arlgym.rl import metrics as M
 
-__all__ = ["detect_collapse", "CollapseMonitor", "LOW_KEY", "FORMAT_KEY", "SUCCESS_KEY"]
+__all__ = ["detect_collapse", "detect_degradation", "CollapseMonitor", "LOW_KEY", "FORMAT_KEY",
+           "SUCCESS_KEY", "ON_COLLAPSE", "REMEDY_NAMES"]
+
+#: what the trainer does when the alarm fires (``on_collapse``)
+ON_COLLAPSE = ("warn", "stop", "rollback")
+#: the remedies a rollback applies (``rollback_remedy``; :data:`arlgym.rl.rollback.REMEDIES`)
+REMEDY_NAMES = ("halve_lr", "raise_kl", "seq_mask")
 
 # the three signals, named in the one metric vocabulary (arlgym.rl.metrics)
 LOW_KEY = M.IS_LOW_NEG
@@ -171,21 +186,75 @@ def detect_collapse(rows: Sequence[Mapping[str, Any]], **thresholds: float) -> d
     return None
 
 
+_DEGRADATION: dict[str, float] = {"z": 2.0, "abs_drop": 0.1, "patience": 2, "min_evals": 3}
+
+
+def detect_degradation(rows: Sequence[Mapping[str, Any]], **thresholds: float) -> dict[str, Any] | None:
+    """Judge a run's periodic evals: ``None``, or where its validation success degraded.
+
+    Args:
+        rows: ``metrics.jsonl`` rows; the rows with ``eval/success_rate`` (and
+            ``eval/success_se``) are the evals.
+        **thresholds: ``z`` (standard errors of the difference, default 2), ``abs_drop``
+            (least drop, 0.1), ``patience`` (evals in a row, 2), ``min_evals`` (3).
+
+    Returns:
+        ``None``, or a verdict as :func:`detect_collapse`'s: ``step`` is the step after the
+        best eval (a snapshot taken at the best eval's step is from before the fall),
+        ``detected_at``, ``reason``, ``evidence`` and ``kind: "degradation"``.
+    """
+    unknown = sorted(set(thresholds) - set(_DEGRADATION))
+    if unknown:
+        raise ValueError(f"unknown threshold(s) {unknown}; known: {sorted(_DEGRADATION)}")
+    th = {**_DEGRADATION, **thresholds}
+    evals = [(r["step"], float(r[M.EVAL_SUCCESS]), float(r.get(M.EVAL_SUCCESS_SE, 0.0)))
+             for r in rows if "step" in r and isinstance(r.get(M.EVAL_SUCCESS), (int, float))]
+    if len(evals) < th["min_evals"]:
+        return None
+    best, down = evals[0], 0
+    for i in range(1, len(evals)):
+        best = max(evals[:i], key=lambda e: e[1])  # the earliest of equal peaks
+        step, value, se = evals[i]
+        margin = max(th["abs_drop"], th["z"] * (best[2] ** 2 + se ** 2) ** 0.5)
+        down = down + 1 if best[1] - value > margin else 0
+        if down >= th["patience"]:
+            return {"step": best[0] + 1, "detected_at": step, "kind": "degradation",
+                    "reason": (f"{M.EVAL_SUCCESS} fell from {best[1]:.3f} (step {best[0]}) to "
+                               f"{value:.3f} for {down} evals in a row (more than "
+                               f"{margin:.3f}: {th['z']:g} SE of the difference)"),
+                    "evidence": {"best": {"step": best[0], "value": best[1], "se": best[2]},
+                                 "value": value, "se": se, "margin": margin}}
+    return None
+
+
 class CollapseMonitor:
     """:func:`detect_collapse` online: feed one metrics row per step, get the verdict once.
 
     The trainer's hook: ``update(row)`` returns the verdict dict the first time the rule fires
     and ``None`` otherwise (also after it fired: one warning per run). ``fired`` keeps it.
+    With ``degradation`` the validation rule (:func:`detect_degradation`) fires it too.
     """
 
-    def __init__(self, rows: Sequence[Mapping[str, Any]] = (), **thresholds: float) -> None:
+    def __init__(self, rows: Sequence[Mapping[str, Any]] = (), degradation: bool = False,
+                 **thresholds: float) -> None:
         self.thresholds = thresholds
+        self.degradation = degradation
+        self.reset(rows)
+
+    def _judge(self) -> dict[str, Any] | None:
+        verdict = detect_collapse(self.rows, **self.thresholds)
+        if verdict is None and self.degradation:
+            verdict = detect_degradation(self.rows)
+        return verdict
+
+    def reset(self, rows: Sequence[Mapping[str, Any]] = ()) -> None:
+        """Judge from ``rows`` on (a rollback: the rows up to the step returned to)."""
         self.rows: list[dict[str, Any]] = [dict(r) for r in rows]
-        self.fired: dict[str, Any] | None = detect_collapse(self.rows, **thresholds)
+        self.fired: dict[str, Any] | None = self._judge()
 
     def update(self, row: Mapping[str, Any]) -> dict[str, Any] | None:
         self.rows.append(dict(row))
         if self.fired is not None:
             return None
-        self.fired = detect_collapse(self.rows, **self.thresholds)
+        self.fired = self._judge()
         return self.fired

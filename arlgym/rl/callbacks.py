@@ -5,13 +5,15 @@ TRL's (and Transformers') callback idea: the trainer calls every callback at fix
 ``on_step_end`` (the step's row is complete but not yet logged; a callback may add to it),
 ``on_log`` (the row is final), ``on_save`` (a checkpoint was written) and ``on_train_end``
 (before ``final/`` is saved) — and a callback that wants the run to end sets
-``trainer.control.should_stop``. The built-in ones:
+``trainer.control.should_stop``. A callback with state of its own puts it into every
+checkpoint (``checkpoint_files``) and reads it back at ``on_train_begin`` of a resumed run. The built-in ones:
 
 * :class:`MetricsLog` — ``metrics.jsonl`` (always), the progress bar, Accelerate's trackers;
 * :class:`SaveBest` — ``save_best``: the model of the best periodic eval in ``best/``;
 * :class:`CollapseAlarm` — the online collapse alarm (:mod:`arlgym.rl.alarm`): the
-  ``alarm/collapse`` metric, a warning and ``collapse.json``; with ``stop_on_collapse`` it ends
-  the run and leaves ``final/`` at the newest checkpoint from before the collapse began.
+  ``alarm/collapse`` metric, a warning and ``collapse.json``; with ``on_collapse stop`` it ends
+  the run and leaves ``final/`` at the newest checkpoint from before the collapse began;
+* :class:`~arlgym.rl.rollback.Rollback` — ``on_collapse rollback``.
 """
 
 from __future__ import annotations
@@ -53,6 +55,10 @@ class TrainerCallback:
 
     def on_train_end(self, trainer: Any) -> None: ...
 
+    def checkpoint_files(self, trainer: Any) -> dict[str, Any]:
+        """JSON files (name -> content) a checkpoint carries for this callback's resume."""
+        return {}
+
 
 class CallbackList(TrainerCallback):
     """Calls each callback in order."""
@@ -83,6 +89,9 @@ class CallbackList(TrainerCallback):
     def on_train_end(self, trainer: Any) -> None:
         for cb in self.callbacks:
             cb.on_train_end(trainer)
+
+    def checkpoint_files(self, trainer: Any) -> dict[str, Any]:
+        return {k: v for cb in self.callbacks for k, v in cb.checkpoint_files(trainer).items()}
 
 
 class MetricsLog(TrainerCallback):
@@ -143,13 +152,18 @@ class CollapseAlarm(TrainerCallback):
     live one is kept if there is none).
     """
 
-    def __init__(self, stop: bool = False) -> None:
-        self.stop = stop
+    def __init__(self, stop: bool = False, degradation: bool = False) -> None:
+        self.stop, self.degradation = stop, degradation
         self.monitor: CollapseMonitor | None = None
         self.stopped = False
 
     def on_train_begin(self, trainer: Any) -> None:
-        self.monitor = CollapseMonitor(M.read_metrics_jsonl(trainer.out / "metrics.jsonl"))
+        self.monitor = CollapseMonitor(M.read_metrics_jsonl(trainer.out / "metrics.jsonl"),
+                                       degradation=self.degradation)
+
+    def reset(self, rows: list[dict[str, Any]]) -> None:
+        """Judge anew from ``rows`` (after a rollback)."""
+        self.monitor.reset(rows)
 
     def on_step_end(self, trainer: Any, metrics: dict[str, float]) -> None:
         verdict = self.monitor.update(metrics)
@@ -157,7 +171,11 @@ class CollapseAlarm(TrainerCallback):
         if verdict is not None and trainer.accelerator.is_main_process:
             warnings.warn(f"collapse alarm at step {verdict['detected_at']} (began at step "
                           f"{verdict['step']}): {verdict['reason']}", stacklevel=2)
-            (trainer.out / "collapse.json").write_text(json.dumps(verdict, indent=2))
+            path = trainer.out / "collapse.json"
+            # a rolled-back run's earlier alarms stay on record (arlgym.rl.rollback)
+            before = json.loads(path.read_text()).get("rollbacks") if path.exists() else None
+            path.write_text(json.dumps({**verdict, **({"rollbacks": before} if before else {})},
+                                       indent=2))
         if self.stop and self.monitor.fired is not None:
             self.stopped = trainer.control.should_stop = True
 
@@ -185,7 +203,13 @@ def default_callbacks(cfg: Any) -> list[TrainerCallback]:
     out: list[TrainerCallback] = []
     if cfg.save_best:
         out.append(SaveBest())
+    alarm = None
     if cfg.collapse_alarm:
-        out.append(CollapseAlarm(stop=cfg.stop_on_collapse))
+        alarm = CollapseAlarm(stop=cfg.on_collapse == "stop", degradation=cfg.degradation_alarm)
+        out.append(alarm)
     out.append(MetricsLog())
+    if alarm is not None and cfg.on_collapse == "rollback":
+        from arlgym.rl.rollback import Rollback  # it builds on this module's CollapseAlarm
+
+        out.append(Rollback(alarm, cfg.rollback_remedy, cfg.max_rollbacks, cfg.snapshot_steps))
     return out

@@ -57,8 +57,9 @@ class Checkpoints:
         before = [p for p in self.list() if self.step_of(p) < step]
         return before[-1] if before else None
 
-    def save(self, step: int, source: Any) -> Path:
-        """Write checkpoint ``step`` (``source``: the rollout source, for its task stream)."""
+    def save(self, step: int, source: Any, files: dict[str, Any] | None = None) -> Path:
+        """Write checkpoint ``step`` (``source``: the rollout source, for its task stream;
+        ``files``: more JSON files of the main process, by name, inside the same rename)."""
         acc = self.acc
         path = self.path(step)
         tmp = path.with_name(path.name + ".tmp")
@@ -68,6 +69,8 @@ class Checkpoints:
         acc.save_state(str(tmp))
         if acc.is_main_process:
             (tmp / "trainer_state.json").write_text(json.dumps({"step": step}))
+            for name, content in (files or {}).items():
+                (tmp / name).write_text(json.dumps(content))
         (tmp / f"collector_rank{acc.process_index}.json").write_text(
             json.dumps(source.state_dict()))
         acc.wait_for_everyone()
@@ -79,6 +82,15 @@ class Checkpoints:
                     shutil.rmtree(old, ignore_errors=True)
         acc.wait_for_everyone()
         return path
+
+    def drop_after(self, step: int) -> None:
+        """Delete the checkpoints of steps after ``step`` (a rollback abandoned them: a resume
+        must not continue the collapsed branch). Main process."""
+        if self.acc.is_main_process:
+            for p in self.list():
+                if self.step_of(p) > step:
+                    shutil.rmtree(p, ignore_errors=True)
+        self.acc.wait_for_everyone()
 
     def load(self, path: Path, source: Any) -> int:
         """Restore checkpoint ``path`` into the registered objects and ``source``; its step."""

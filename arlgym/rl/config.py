@@ -68,6 +68,24 @@ class TrainConfig:
     stop_on_collapse: bool = _f(False, "End the run when the collapse alarm fires; final/ then "
                                        "holds the last checkpoint saved before the collapse "
                                        "began (use save_steps to have one).")
+    on_collapse: str = _f("warn", "What the collapse alarm does when it fires: warn (a warning, "
+                                  "alarm/collapse, collapse.json) | stop (end the run; final/ "
+                                  "holds the last checkpoint saved before the collapse began; "
+                                  "stop_on_collapse true means this) | rollback (go back to the "
+                                  "newest in-memory snapshot from before the collapse, apply "
+                                  "rollback_remedy and train on to max_steps; at most "
+                                  "max_rollbacks times, then stop).")
+    rollback_remedy: str = _f("halve_lr", "on_collapse rollback: what changes before training "
+                                          "on: halve_lr | raise_kl (kl_coef doubled, at least "
+                                          "0.01) | seq_mask (the loss's sequence mask on).")
+    max_rollbacks: int = _f(2, "on_collapse rollback: rollbacks allowed; the next alarm stops "
+                               "the run on the newest snapshot from before that collapse.")
+    snapshot_steps: int = _f(2, "on_collapse rollback: an in-memory snapshot (model, optimizer, "
+                                "scheduler, RNG, task stream) every N steps; the newest 4 kept.")
+    degradation_alarm: bool = _f(False, "Also fire the alarm when the periodic eval's success "
+                                        "falls well below its peak with the format intact "
+                                        "(arlgym.rl.alarm.detect_degradation; needs eval_steps "
+                                        "and a validation eval_split).")
     log_with: str = _f("tensorboard", "Accelerate tracker: tensorboard | wandb | trackio | none. "
                                       "A JSONL log is always written.")
     # ---------------------------------------------------------------- rollout
@@ -228,6 +246,7 @@ class TrainConfig:
             raise ConfigError("vllm_server_urls is set but rollout_engine is "
                               f"{self.rollout_engine}. Fix: --rollout_engine vllm_server, or drop "
                               "vllm_server_urls")
+        self._check_collapse_settings()
         if self.save_best and self.eval_steps <= 0:
             raise ConfigError("save_best needs a periodic eval: set eval_steps > 0 (and eval_split "
                               "to a validation split)")
@@ -272,6 +291,33 @@ class TrainConfig:
                     raise ConfigError(f"--{name} must be JSON, got {value!r}") from e
 
 
+    def _check_collapse_settings(self) -> None:
+        """``on_collapse`` and its knobs; ``stop_on_collapse`` is ``on_collapse stop``."""
+        from arlgym.rl.alarm import ON_COLLAPSE, REMEDY_NAMES
+
+        if self.on_collapse not in ON_COLLAPSE:
+            raise ConfigError(f"on_collapse={self.on_collapse!r} is unknown: expected one of "
+                              f"{', '.join(ON_COLLAPSE)}. Fix: --on_collapse rollback")
+        if self.stop_on_collapse:
+            if self.on_collapse == "rollback":
+                raise ConfigError("stop_on_collapse true and on_collapse rollback contradict "
+                                  "each other. Fix: drop stop_on_collapse")
+            self.on_collapse = "stop"
+        if self.rollback_remedy not in REMEDY_NAMES:
+            raise ConfigError(f"rollback_remedy={self.rollback_remedy!r} is unknown: expected "
+                              f"one of {', '.join(REMEDY_NAMES)}. Fix: --rollback_remedy halve_lr")
+        if self.on_collapse != "warn" and not self.collapse_alarm:
+            raise ConfigError(f"on_collapse {self.on_collapse} needs the alarm: set "
+                              "collapse_alarm true (or on_collapse warn)")
+        if self.on_collapse == "rollback" and self.async_rollouts:
+            raise ConfigError("on_collapse rollback restores the learner in place; async "
+                              "rollout workers would keep sampling the abandoned versions. Fix: "
+                              "--on_collapse stop with async_rollouts, or async_rollouts false")
+        if self.degradation_alarm and (self.eval_steps <= 0 or self.eval_split == "test"):
+            raise ConfigError("degradation_alarm reads the periodic eval, which must not be the "
+                              "test panel: set eval_steps > 0 and eval_split val")
+
+
 #: Ranges of the numeric fields, checked (with the types) before anything else happens.
 #: ``(min, max)`` inclusive; ``"gt0"``: > 0. Fields not listed only get their type checked.
 _RANGES: dict[str, Any] = {
@@ -289,6 +335,7 @@ _RANGES: dict[str, Any] = {
     "max_tries": (1, None), "cold_start_steps": (0, None), "rollout_correction_cap": "gt0",
     "rollout_correction_floor": (0, None), "rollout_workers": (1, None),
     "max_staleness": (0, None), "eval_temperature": (0, None), "eval_top_p": (0, 1),
+    "max_rollbacks": (0, None), "snapshot_steps": (1, None),
     "eval_top_k": (0, None), "eval_samples": (1, None),
 }
 #: Example values for the fields whose default is None (for the fix hint of an error).

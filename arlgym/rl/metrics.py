@@ -219,3 +219,9 @@ def read_metrics_jsonl(path: str | Path) -> list[dict[str, Any]]:
         if isinstance(row, dict):
             rows.append(row)
     return rows
+
+
+# ---------------------------------------------------------------- the alarm's rollbacks
+ALARM_ROLLBACKS = _m("alarm/rollbacks", "max",
+                     "rollbacks so far (on_collapse rollback): 0 until the alarm first fires")
+__all__ += ["ALARM_ROLLBACKS"]

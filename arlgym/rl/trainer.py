@@ -129,6 +129,30 @@ def resolve_algorithm(cfg: TrainConfig) -> dict[str, Any]:
     return preset
 
 
+def engine_spec(cfg: TrainConfig, engine: str, lora: bool) -> EngineSpec:
+    """What the rollout engines (the learner's own, the async workers') are built from; an HF
+    worker copy gets the learner's LoRA wrap, so the pushed adapters load by name."""
+    wrap = (partial(apply_lora, r=cfg.lora_r, alpha=cfg.lora_alpha,
+                    target_modules=cfg.lora_target_modules) if lora and engine == "hf" else None)
+    return EngineSpec(kind=engine, model=cfg.model, seed=cfg.seed,
+                      generation_batch_size=cfg.generation_batch_size,
+                      gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
+                      max_model_len=cfg.vllm_max_model_len, wrap=wrap,
+                      urls=tuple(u.strip() for u in cfg.vllm_server_urls.split(",") if u.strip()))
+
+
+def rollout_weights(model: Any, *, lora: bool, engine: str) -> dict[str, torch.Tensor]:
+    """What a weight push sends the async workers (``model`` unwrapped): the whole state dict;
+    with LoRA only the adapters to HF workers (the base is frozen and they load the same one),
+    the merged HF-named weights to vLLM engines and servers (which hold a plain model)."""
+    if lora and engine in ("vllm", "vllm_server"):
+        return dict(merged_weights(model))
+    state = model.state_dict()
+    if lora:
+        return {k: v for k, v in state.items() if "lora_" in k}
+    return state
+
+
 def _mean(values: list[float]) -> float:
     return float(np.mean(values)) if values else 0.0
 
@@ -208,15 +232,8 @@ class Trainer:
         optimizer, scheduler = build.build_optimizer(parts.model, self.algo["lr"], cfg)
         self.model, self.optimizer, self.scheduler = acc.prepare(parts.model, optimizer, scheduler)
         self.batching = Batching(cfg.micro_batch_tokens, self.share_prompts, self.logit_rows)
-        loss_kw = policy_loss_kwargs(self.algo)
-        name = loss_kw.pop("name")
-        if cfg.is_band is not None:  # one telemetry band for every preset (comparable runs)
-            loss_kw.setdefault("is_clip_low", cfg.is_band)
-            loss_kw.setdefault("is_clip_high", cfg.is_band)
-        settings = UpdateSettings(
-            loss=name, loss_kwargs=loss_kw, ppo_epochs=cfg.ppo_epochs,
-            mini_batch_size=cfg.mini_batch_size, grad_clip=cfg.grad_clip, credit=cfg.credit,
-            seed=cfg.seed, use_ref=self.use_ref, correcting=self.correction.active)
+        settings = UpdateSettings.of(cfg, policy_loss_kwargs(self.algo), use_ref=self.use_ref,
+                                     correcting=self.correction.active)
         self.updater = PolicyUpdate(acc, self.model, self.optimizer, self.scheduler,
                                     self.tokenizer, settings, self.batching, self._logprobs)
 
@@ -230,23 +247,11 @@ class Trainer:
     def collector(self, value: Any) -> None:
         self.source.collector = value
 
-    def engine_spec(self) -> EngineSpec:
-        """What the rollout engines (the learner's own, the async workers') are built from."""
-        c = self.cfg
-        wrap = (partial(apply_lora, r=c.lora_r, alpha=c.lora_alpha,
-                        target_modules=c.lora_target_modules)
-                if self.lora and self.engine == "hf" else None)
-        return EngineSpec(kind=self.engine, model=c.model, seed=c.seed,
-                          generation_batch_size=c.generation_batch_size,
-                          gpu_memory_utilization=c.vllm_gpu_memory_utilization,
-                          max_model_len=c.vllm_max_model_len, wrap=wrap,
-                          urls=tuple(u.strip() for u in c.vllm_server_urls.split(",") if u.strip()))
-
     def _make_policy(self) -> Any:
         """The learner's rollout policy: HF ``generate`` on the live model, or (synchronous
         runs) a colocated vLLM engine / a vLLM server. With ``async_rollouts`` the workers own
         the engines; the learner keeps HF for its in-process collector's checkpoint fields."""
-        acc, spec = self.accelerator, self.engine_spec()
+        acc, spec = self.accelerator, engine_spec(self.cfg, self.engine, self.lora)
         if self.engine == "vllm_server" and not self.cfg.async_rollouts:
             # the server serves cfg.model from its start: the first push is the first update's
             return make_engine(spec, tokenizer=self.tokenizer, device=acc.device)[0]
@@ -270,22 +275,15 @@ class Trainer:
             push = ((lambda: self._push_weights(self.policy))
                     if self.engine in ("vllm", "vllm_server") else None)
             return InProcessSource(collector, sampling, push=push)
-        spec = AsyncSpec.of(cfg, self.engine_spec(), sampling, num_tasks=self.local_tasks,
+        spec = AsyncSpec.of(cfg, engine_spec(cfg, self.engine, self.lora), sampling, num_tasks=self.local_tasks,
                             env_seed=self._env_seed,
                             collector=build.env_server_kwargs(cfg.env_servers))
         return AsyncSource(collector, spec, self._rollout_weights)
 
     def _rollout_weights(self) -> dict[str, torch.Tensor]:
-        """What a weight push sends the async workers: the whole state dict; with LoRA only
-        the adapters to HF workers (the base is frozen and they load the same one), the merged
-        HF-named weights to vLLM engines and servers (which hold a plain model)."""
-        model = self.accelerator.unwrap_model(self.model)
-        if self.lora and self.engine in ("vllm", "vllm_server"):
-            return dict(merged_weights(model))
-        state = model.state_dict()
-        if self.lora:
-            return {k: v for k, v in state.items() if "lora_" in k}
-        return state
+        """What a weight push sends the async workers (:func:`rollout_weights`)."""
+        return rollout_weights(self.accelerator.unwrap_model(self.model), lora=self.lora,
+                               engine=self.engine)
 
     def _push_weights(self, policy: Any) -> None:
         """Load the live weights into an engine that keeps its own copy (vLLM)."""
@@ -301,7 +299,8 @@ class Trainer:
     # ------------------------------------------------------------------ checkpoints
     def save_checkpoint(self) -> Path:
         """Checkpoint this step (:mod:`arlgym.rl.checkpoint`)."""
-        return self.checkpointer.save(self.step, self.source)
+        return self.checkpointer.save(self.step, self.source,
+                                      files=self.callbacks.checkpoint_files(self))
 
     def checkpoints(self) -> list[Path]:
         """Complete checkpoints, oldest first."""
@@ -432,19 +431,8 @@ class Trainer:
         return self._reduce_metrics(metrics)
 
     def _reduce_metrics(self, metrics: dict[str, float]) -> dict[str, float]:
-        """Combine the ranks' metrics, each key by its reduction in :mod:`arlgym.rl.metrics`
-        (counts such as ``env/turns`` and ``tokens`` add up; rates average)."""
-        if self.accelerator.num_processes == 1:
-            return metrics
-        acc = self.accelerator
-
-        def collective(values: list[float], how: str) -> list[float]:
-            t = torch.tensor(values, device=acc.device)
-            if how == "min":
-                return (-acc.reduce(-t, reduction="max")).tolist()
-            return acc.reduce(t, reduction=how).tolist()
-
-        return M.reduce_across(metrics, collective)
+        """Combine the ranks' metrics, each key by its reduction in :mod:`arlgym.rl.metrics`."""
+        return self.updater.ranks.reduce_metrics(metrics)
 
     # ------------------------------------------------------------------ evals
     def eval_sampling(self) -> Any:
@@ -480,7 +468,8 @@ class Trainer:
             self.callbacks.on_log(self, metrics)
             if self.control.should_stop:
                 break
-            if cfg.save_steps and self.step % cfg.save_steps == 0:
+            rolled_back = self.step != metrics[M.STEP]  # a rollback: nothing new to save
+            if cfg.save_steps and self.step % cfg.save_steps == 0 and not rolled_back:
                 self.callbacks.on_save(self, self.save_checkpoint())
             if cfg.max_minutes and self.updater.ranks.max(
                     int(time.perf_counter() - started > cfg.max_minutes * 60)):

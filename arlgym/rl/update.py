@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from arlgym.errors import ConfigError
+from arlgym.rl import metrics as M
 from arlgym.rl.batching import (
     TokenSample,
     pack,
@@ -206,6 +207,21 @@ class Collectives:
         t = torch.tensor([float(value)], device=self.acc.device)
         return float(self.acc.reduce(t, reduction="sum").item())
 
+    def reduce_metrics(self, metrics: dict[str, float]) -> dict[str, float]:
+        """Combine the ranks' metrics, each key by its reduction in :mod:`arlgym.rl.metrics`
+        (counts such as ``env/turns`` and ``tokens`` add up; rates average)."""
+        if self.acc.num_processes == 1:
+            return metrics
+        acc = self.acc
+
+        def collective(values: list[float], how: str) -> list[float]:
+            t = torch.tensor(values, device=acc.device)
+            if how == "min":
+                return (-acc.reduce(-t, reduction="max")).tolist()
+            return acc.reduce(t, reduction=how).tolist()
+
+        return M.reduce_across(metrics, collective)
+
 
 def _stack(rows: list[Any], width: int, device: Any) -> torch.Tensor:
     """Per-sample 1-D values as a (len(rows), width) zero-padded tensor on ``device``."""
@@ -244,6 +260,20 @@ class UpdateSettings:
     seed: int
     use_ref: bool
     correcting: bool
+
+    @classmethod
+    def of(cls, cfg: Any, loss_kwargs: dict[str, Any], *, use_ref: bool,
+           correcting: bool) -> UpdateSettings:
+        """From the config and the preset's loss (``name`` and its knobs); ``is_band`` sets
+        one telemetry band for every preset, so runs are comparable."""
+        loss_kw = dict(loss_kwargs)
+        name = loss_kw.pop("name")
+        if cfg.is_band is not None:
+            loss_kw.setdefault("is_clip_low", cfg.is_band)
+            loss_kw.setdefault("is_clip_high", cfg.is_band)
+        return cls(loss=name, loss_kwargs=loss_kw, ppo_epochs=cfg.ppo_epochs,
+                   mini_batch_size=cfg.mini_batch_size, grad_clip=cfg.grad_clip,
+                   credit=cfg.credit, seed=cfg.seed, use_ref=use_ref, correcting=correcting)
 
 
 class PolicyUpdate:
