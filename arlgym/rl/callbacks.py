@@ -29,7 +29,7 @@ from arlgym.rl import metrics as M
 from arlgym.rl.alarm import CollapseMonitor
 
 __all__ = ["Control", "TrainerCallback", "CallbackList", "MetricsLog", "SaveBest",
-           "CollapseAlarm", "default_callbacks"]
+           "CollapseAlarm"]
 
 
 @dataclass
@@ -196,20 +196,3 @@ class CollapseAlarm(TrainerCallback):
             record["stopped"] = True
             record["final_from_step"] = trainer.step if healthy is not None else None
             (trainer.out / "collapse.json").write_text(json.dumps(record, indent=2))
-
-
-def default_callbacks(cfg: Any) -> list[TrainerCallback]:
-    """The callbacks a config asks for, in the order the trainer calls them."""
-    out: list[TrainerCallback] = []
-    if cfg.save_best:
-        out.append(SaveBest())
-    alarm = None
-    if cfg.collapse_alarm:
-        alarm = CollapseAlarm(stop=cfg.on_collapse == "stop", degradation=cfg.degradation_alarm)
-        out.append(alarm)
-    out.append(MetricsLog())
-    if alarm is not None and cfg.on_collapse == "rollback":
-        from arlgym.rl.rollback import Rollback  # it builds on this module's CollapseAlarm
-
-        out.append(Rollback(alarm, cfg.rollback_remedy, cfg.max_rollbacks, cfg.snapshot_steps))
-    return out

@@ -10,7 +10,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from arlgym.policies import SamplingParams
+from arlgym.evaluation.panel import make_panel
+from arlgym.evaluation.runner import evaluate
+from arlgym.policies import SamplingParams, make_policy
+from arlgym.policies.hf import HFPolicy
 from arlgym.rl import metrics as M
 from arlgym.rl.build import env_server_kwargs
 
@@ -30,16 +33,12 @@ def eval_sampling(cfg: Any) -> SamplingParams:
 
 def _live_policy(trainer: Any) -> Any:
     """An HF policy on the trainer's live (unwrapped) model."""
-    from arlgym.policies.hf import HFPolicy
-
     return HFPolicy(trainer.accelerator.unwrap_model(trainer.model), tokenizer=trainer.tokenizer,
                     processor=trainer.processor, batch_size=trainer.cfg.generation_batch_size)
 
 
 def periodic_eval(trainer: Any) -> dict[str, float]:
     """The live policy on the ``eval_split`` task list: ``eval/*`` metrics."""
-    from arlgym.evaluation.runner import evaluate
-
     cfg = trainer.cfg
     model = trainer.accelerator.unwrap_model(trainer.model)
     model.eval()
@@ -59,10 +58,6 @@ def periodic_eval(trainer: Any) -> dict[str, float]:
 def final_evaluation(trainer: Any) -> dict[str, dict[str, Any]]:
     """Greedy eval of final/ (and best/) on the test panel: ``eval/test-{last,best}.jsonl``
     and ``.summary.json`` files that carry the panel and its hash (main process)."""
-    from arlgym.evaluation.panel import make_panel
-    from arlgym.evaluation.runner import evaluate
-    from arlgym.policies import make_policy
-
     cfg, out_dir = trainer.cfg, trainer.out
     panel = make_panel(cfg.env_id, cfg.test_split, cfg.test_episodes, cfg.env_kwargs)
     folder = out_dir / "eval"

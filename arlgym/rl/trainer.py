@@ -51,7 +51,14 @@ from arlgym.rl import build
 from arlgym.rl import metrics as M
 from arlgym.rl.advantages import advantage_metrics, compute_advantages
 from arlgym.rl.batching import TokenSample, rollout_mismatch_metrics, token_samples
-from arlgym.rl.callbacks import CallbackList, Control, TrainerCallback, default_callbacks
+from arlgym.rl.callbacks import (
+    CallbackList,
+    CollapseAlarm,
+    Control,
+    MetricsLog,
+    SaveBest,
+    TrainerCallback,
+)
 from arlgym.rl.checkpoint import Checkpoints, save_model
 from arlgym.rl.config import TrainConfig, check_env
 from arlgym.rl.correction import RolloutCorrection
@@ -60,6 +67,7 @@ from arlgym.rl.distributed import check_rollout_support, full_weights, set_launc
 from arlgym.rl.evals import eval_sampling, final_evaluation, periodic_eval
 from arlgym.rl.lora import apply_lora, merged_weights
 from arlgym.rl.presets import advantage_kwargs, get_preset, policy_loss_kwargs
+from arlgym.rl.rollback import Rollback
 from arlgym.rl.sources import AsyncSource, AsyncSpec, InProcessSource, RolloutSampling
 from arlgym.rl.staleness import staleness_metrics
 from arlgym.rl.update import (
@@ -151,6 +159,20 @@ def rollout_weights(model: Any, *, lora: bool, engine: str) -> dict[str, torch.T
     if lora:
         return {k: v for k, v in state.items() if "lora_" in k}
     return state
+
+
+def default_callbacks(cfg: TrainConfig) -> list[TrainerCallback]:
+    """The callbacks a config asks for, in the order the trainer calls them (the rollback
+    after the log: it moves the abandoned steps' rows out of it)."""
+    out: list[TrainerCallback] = [SaveBest()] if cfg.save_best else []
+    alarm = None
+    if cfg.collapse_alarm:
+        alarm = CollapseAlarm(stop=cfg.on_collapse == "stop", degradation=cfg.degradation_alarm)
+        out.append(alarm)
+    out.append(MetricsLog())
+    if alarm is not None and cfg.on_collapse == "rollback":
+        out.append(Rollback(alarm, cfg.rollback_remedy, cfg.max_rollbacks, cfg.snapshot_steps))
+    return out
 
 
 def _mean(values: list[float]) -> float:
@@ -302,15 +324,8 @@ class Trainer:
         return self.checkpointer.save(self.step, self.source,
                                       files=self.callbacks.checkpoint_files(self))
 
-    def checkpoints(self) -> list[Path]:
-        """Complete checkpoints, oldest first."""
-        return self.checkpointer.list()
-
-    def _load_checkpoint(self, path: Path) -> None:
-        self.step = self.checkpointer.load(path, self.source)
-
     def _resume(self) -> None:
-        self._load_checkpoint(self.checkpointer.newest())
+        self.step = self.checkpointer.load(self.checkpointer.newest(), self.source)
         # an engine with its own copy (vLLM) still holds the start weights: give it these
         self._sync_rollout_weights()
         self.checkpointer.trim_log(self.step)

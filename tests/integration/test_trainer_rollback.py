@@ -177,3 +177,27 @@ def test_a_run_killed_after_a_rollback_resumes_into_the_same_run(tmp_path, monke
     wa = load_file(a / "final" / "model.safetensors")
     wb = load_file(b / "final" / "model.safetensors")
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+def test_a_degrading_validation_eval_rolls_back_to_the_best_evals_policy(tmp_path, monkeypatch):
+    """degradation_alarm: the format is intact (nothing for the collapse rule), the val eval
+    falls from its best (scripted) for two evals in a row; the run returns to the step of the
+    best eval and trains on."""
+    scores = iter([0.5, 0.8, 0.3, 0.3] + [0.8] * 10)
+
+    def scripted_eval(self):
+        assert self.cfg.eval_split == "val"
+        return {M.EVAL_SUCCESS: next(scores), M.EVAL_SUCCESS_SE: 0.0,
+                "eval/format_valid_ratio": 1.0}
+
+    monkeypatch.setattr(Trainer, "evaluate", scripted_eval)
+    cfg = _cfg(tmp_path, "--max_steps", "6", "--on_collapse", "rollback", "--eval_steps", "1",
+               "--eval_split", "val", "--degradation_alarm", "true", "--snapshot_steps", "4")
+    with pytest.warns(UserWarning, match="rollback 1/2: back to step 2"):
+        Trainer(cfg).train()
+    record = json.loads((tmp_path / "collapse.json").read_text())
+    assert record["kind"] == "degradation" and record["detected_at"] == 4
+    assert [(r["alarm_at"], r["to_step"]) for r in record["rollbacks"]] == [(4, 2)]
+    rows = _rows(tmp_path)
+    assert [r[M.STEP] for r in rows] == [1, 2, 3, 4, 5, 6]
+    assert [r[M.EVAL_SUCCESS] for r in rows] == [0.5, 0.8, 0.8, 0.8, 0.8, 0.8]
