@@ -35,9 +35,11 @@ from typing import Any
 import torch
 
 from arlgym.errors import ConfigError, WorkerError
+from arlgym.policies.engine import EngineSpec, make_engine
+from arlgym.rl import metrics as M
 from arlgym.rl.staleness import StalenessScheduler
 
-__all__ = ["AsyncRollouts", "Job", "job_seed", "worker_engine"]
+__all__ = ["AsyncRollouts", "Job", "WorkerSpec", "job_seed", "worker_engine"]
 
 
 def job_seed(base: int, task: int, num_tasks: int) -> int:
@@ -67,8 +69,14 @@ class _Worker:
 
 
 @dataclass
-class _Spec:
-    """What a worker process needs to build its engine and env vector (picklable)."""
+class WorkerSpec:
+    """What a worker process needs to build its engine and env vector (picklable).
+
+    ``engine`` says what it samples with (:func:`arlgym.policies.engine.make_engine`; None:
+    an HF copy of ``model``, or the settings of ``extra["engine"]``, a dict of
+    :class:`~arlgym.policies.engine.EngineSpec` fields); ``extra["collector"]``: more
+    collector kwargs (env servers).
+    """
 
     model: str
     seed: int
@@ -80,73 +88,30 @@ class _Spec:
     generation_batch_size: int
     torch_threads: int
     extra: dict[str, Any] = field(default_factory=dict)
+    engine: EngineSpec | None = None
+
+    def __post_init__(self) -> None:
+        if self.engine is None:
+            given = dict(self.extra.get("engine") or {})
+            max_len = given.pop("engine_kwargs", {}).get("max_model_len", 0)
+            self.engine = EngineSpec(**{"model": self.model, "seed": self.seed,
+                                        "generation_batch_size": self.generation_batch_size,
+                                        "max_model_len": max_len, **given,
+                                        "urls": tuple(given.get("urls", ()))})
 
 
-def worker_engine(spec: _Spec, index: int) -> tuple[Any, Any]:
-    """Worker ``index``'s policy and its weight loader ``load(version, state_dict)``.
-
-    ``spec.extra["engine"]``: ``{"kind": "hf"}`` (default) — an HF copy of the model in the
-    worker; ``{"kind": "vllm", "gpu_memory_utilization": f}`` — a vLLM engine in the worker
-    (:class:`~arlgym.policies.vllm.VLLMPolicy`, HF-named weights loaded in place at each
-    version); ``{"kind": "vllm_server", "urls": [...]}`` — the worker samples from server
-    ``urls[index]`` (:class:`~arlgym.policies.vllm_server.VLLMServerPolicy`) and forwards each
-    new version's weights to it between jobs, so every job still has one version. Version 0 is
-    not sent: the server was started with the run's start model.
-    """
-    engine = spec.extra.get("engine") or {"kind": "hf"}
-    if engine["kind"] == "vllm":  # a vLLM engine of the worker's own, on the learner's GPU(s)
-        from arlgym.models import model_path
-        from arlgym.policies.vllm import VLLMPolicy
-
-        policy = VLLMPolicy(str(model_path(spec.model, seed=spec.seed)),
-                            gpu_memory_utilization=engine["gpu_memory_utilization"],
-                            seed=spec.seed + index, **engine.get("engine_kwargs", {}))
-
-        def load_vllm(_version: int, state: dict[str, Any]) -> None:
-            # every version, the first too: a resumed run's weights are not the start model's
-            policy.sync_weights(state.items())
-
-        return policy, load_vllm
-    if engine["kind"] == "vllm_server":
-        from arlgym.models import load_tokenizer
-        from arlgym.policies.vllm_server import GROUP_PORT, VLLMServerPolicy
-
-        urls = engine["urls"]
-        policy = VLLMServerPolicy(urls[index % len(urls)], load_tokenizer(spec.model),
-                                  group_port=GROUP_PORT + index)
-
-        def load_server(version: int, state: dict[str, Any]) -> None:
-            if version > 0:
-                policy.sync_weights(state.items())
-
-        return policy, load_server
-    from arlgym.models import is_vision_model, load_model_and_tokenizer, load_processor
-    from arlgym.policies.hf import HFPolicy
-
-    model, tokenizer = load_model_and_tokenizer(spec.model, seed=spec.seed)
-    # a vision-language model samples with its processor, as the learner's own policy does
-    processor = load_processor(spec.model) if is_vision_model(model) else None
-    if processor is not None:
-        tokenizer = processor.tokenizer
-    lora = spec.extra.get("lora")
-    if lora:  # the learner's wrap, so its adapters load by name; pushes carry only those
-        from arlgym.rl.lora import apply_lora
-
-        model = apply_lora(model, lora["r"], lora["alpha"], target_modules=lora["target_modules"])
-    model.eval()
-    policy = HFPolicy(model, tokenizer=tokenizer, processor=processor,
-                      batch_size=spec.generation_batch_size)
-
-    def load_hf(_version: int, state: dict[str, Any]) -> None:
-        missing, unexpected = model.load_state_dict(state, strict=not lora)
-        if unexpected or (lora and any("lora_" in k for k in missing)):
-            raise WorkerError(f"rollout worker {index}: the pushed weights do not fit its model "
-                              f"(unexpected {unexpected[:3]}, missing {missing[:3]})")
-
-    return policy, load_hf
+#: the old name of :class:`WorkerSpec`
+_Spec = WorkerSpec
 
 
-def _worker_main(spec: _Spec, jobs: Any, weights: Any, results: Any, index: int = 0) -> None:
+def worker_engine(spec: WorkerSpec, index: int) -> tuple[Any, Any]:
+    """Worker ``index``'s policy and its weight loader ``load(version, state_dict)``
+    (:func:`arlgym.policies.engine.make_engine`: an HF copy, a vLLM engine of its own, or
+    vLLM server ``urls[index]`` with its own NCCL port)."""
+    return make_engine(spec.engine, index=index)
+
+
+def _worker_main(spec: WorkerSpec, jobs: Any, weights: Any, results: Any, index: int = 0) -> None:
     """A rollout worker's loop (runs in its own process)."""
     if spec.torch_threads:
         torch.set_num_threads(spec.torch_threads)
@@ -211,7 +176,7 @@ class AsyncRollouts:
         state: a :meth:`state_dict` to continue (resume), or None for a fresh task stream.
     """
 
-    def __init__(self, spec: _Spec, weights: dict[str, torch.Tensor], *, num_workers: int,
+    def __init__(self, spec: WorkerSpec, weights: dict[str, torch.Tensor], *, num_workers: int,
                  max_staleness: int, policy: str, sampling: Any, max_restarts: int = 5,
                  version: int = 0, state: dict[str, Any] | None = None) -> None:
         if num_workers < 1:
@@ -225,12 +190,9 @@ class AsyncRollouts:
         self.results = self._ctx.Queue()
         self.sched = StalenessScheduler(max_staleness=max_staleness, policy=policy,
                                         batch_groups=1, capacity=num_workers + max_staleness + 1)
-        self.sched.version = version
-        self.sched.started = self.sched.admitted = version  # pace counts from the resumed version
-        self.sched.next_task = version
-        if state is not None:  # resume: the tasks admitted but not trained are played first
-            self.sched.next_task = int(state["next_task"])
-            self.sched.replay.extend(int(t) for t in state["pending"])
+        # resume: the tasks admitted but not trained are played first
+        self.sched.resume(version, next_task=int(state["next_task"]) if state else None,
+                          pending=[int(t) for t in state["pending"]] if state else ())
         self._latest = (version, _clone(weights))
         self._cond = threading.Condition()
         self._error: BaseException | None = None
@@ -289,9 +251,8 @@ class AsyncRollouts:
                     for w in self.workers:
                         if w.job is not None and w.job.gid == gid:
                             w.job = None
-                    if gid in self.sched.in_flight:
-                        self.sched.in_flight[gid] = (self.sched.in_flight[gid][0], version)
-                        self.sched.finish(gid, trajs)
+                    if self.sched.is_in_flight(gid):
+                        self.sched.finish(gid, trajs, version=version)
                     self._busy += busy
                     for k, v in health.items():
                         self._metrics[k] = self._metrics.get(k, 0.0) + v
@@ -339,12 +300,12 @@ class AsyncRollouts:
         with self._cond:
             now = time.perf_counter()
             wall = max(1e-9, (now - self._since) * len(self.workers))
-            out = {"async/dropped_groups": float(self.sched.dropped),
-                   "async/withheld_groups": float(self.sched.withheld),
-                   "async/worker_restarts": float(self.restarts),
-                   "async/rollout_busy_frac": min(1.0, self._busy / wall),
+            dropped, withheld = self.sched.pop_counts()
+            out = {M.ASYNC_DROPPED: float(dropped), M.ASYNC_WITHHELD: float(withheld),
+                   M.ASYNC_RESTARTS: float(self.restarts),
+                   M.ASYNC_BUSY: min(1.0, self._busy / wall),
                    **self._metrics}
-            self.sched.dropped = self.sched.withheld = self.restarts = 0
+            self.restarts = 0
             self._busy, self._since, self._metrics = 0.0, now, {}
             return out
 
@@ -352,10 +313,7 @@ class AsyncRollouts:
         """The task stream's position: the next new task and every task admitted but not yet
         trained (in flight, queued, or withheld); a resume plays those again first."""
         with self._cond:
-            s = self.sched
-            pending = ([g.task for g in s.queue] + [t for t, _ in s.in_flight.values()]
-                       + list(s.replay))
-            return {"next_task": s.next_task, "pending": sorted(pending)}
+            return {"next_task": self.sched.next_task, "pending": self.sched.pending()}
 
     def close(self) -> None:
         self._closed = True

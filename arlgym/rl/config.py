@@ -68,11 +68,29 @@ class TrainConfig:
     eval_top_k: int = _f(0, "Top-k of the evals when eval_temperature > 0 (0: off).")
     eval_samples: int = _f(1, "Episodes per task of the evals (success then averages them; "
                               "more than 1 needs eval_temperature > 0).")
-    collapse_alarm: bool = _f(True, "Judge the run online with arlgym.arena.detect_collapse "
+    collapse_alarm: bool = _f(True, "Judge the run online with arlgym.rl.alarm.detect_collapse "
                                     "(paper Finding 2): a warning and the alarm/collapse metric.")
     stop_on_collapse: bool = _f(False, "End the run when the collapse alarm fires; final/ then "
                                        "holds the last checkpoint saved before the collapse "
                                        "began (use save_steps to have one).")
+    on_collapse: str = _f("warn", "What the collapse alarm does when it fires: warn (a warning, "
+                                  "alarm/collapse, collapse.json) | stop (end the run; final/ "
+                                  "holds the last checkpoint saved before the collapse began; "
+                                  "stop_on_collapse true means this) | rollback (go back to the "
+                                  "newest in-memory snapshot from before the collapse, apply "
+                                  "rollback_remedy and train on to max_steps; at most "
+                                  "max_rollbacks times, then stop).")
+    rollback_remedy: str = _f("halve_lr", "on_collapse rollback: what changes before training "
+                                          "on: halve_lr | raise_kl (kl_coef doubled, at least "
+                                          "0.01) | seq_mask (the loss's sequence mask on).")
+    max_rollbacks: int = _f(2, "on_collapse rollback: rollbacks allowed; the next alarm stops "
+                               "the run on the newest snapshot from before that collapse.")
+    snapshot_steps: int = _f(2, "on_collapse rollback: an in-memory snapshot (model, optimizer, "
+                                "scheduler, RNG, task stream) every N steps; the newest 4 kept.")
+    degradation_alarm: bool = _f(False, "Also fire the alarm when the periodic eval's success "
+                                        "falls well below its peak with the format intact "
+                                        "(arlgym.rl.alarm.detect_degradation; needs eval_steps "
+                                        "and a validation eval_split).")
     log_with: str = _f("tensorboard", "Accelerate tracker: tensorboard | wandb | trackio | none. "
                                       "A JSONL log is always written.")
     # ---------------------------------------------------------------- rollout
@@ -212,7 +230,7 @@ class TrainConfig:
         saved before a collapse began."""
         if self.save_total_limit >= 0:
             return self.save_total_limit
-        return 0 if self.stop_on_collapse else 1
+        return 0 if self.stop_on_collapse or self.on_collapse == "stop" else 1
 
     def __post_init__(self) -> None:
         _check_fields(self)  # types, ranges and names of every field, before anything loads
@@ -242,6 +260,7 @@ class TrainConfig:
             raise ConfigError("vllm_server_urls is set but rollout_engine is "
                               f"{self.rollout_engine}. Fix: --rollout_engine vllm_server, or drop "
                               "vllm_server_urls")
+        self._check_collapse_settings()
         if self.save_best and self.eval_steps <= 0:
             raise ConfigError("save_best needs a periodic eval: set eval_steps > 0 (and eval_split "
                               "to a validation split)")
@@ -272,11 +291,9 @@ class TrainConfig:
             raise ConfigError(f"rollout_correction {self.rollout_correction} compares the "
                               "sampler's log-probs with the learner's, but old_logprobs rollout "
                               "makes them the same. Fix: --old_logprobs recompute (or auto)")
-        from arlgym.rl.staleness import POLICIES
+        from arlgym.rl.staleness import check_staleness
 
-        if self.staleness_policy not in POLICIES:
-            raise ConfigError(f"staleness_policy={self.staleness_policy!r} is unknown: expected "
-                              f"one of {', '.join(POLICIES)}. Fix: --staleness_policy pace")
+        check_staleness(self.max_staleness, self.staleness_policy)
         if self.ppo_epochs < 1:
             raise ConfigError(f"ppo_epochs must be >= 1, got {self.ppo_epochs}")
         for name in ("env_kwargs", "loss_kwargs", "advantage_kwargs"):
@@ -286,6 +303,33 @@ class TrainConfig:
                     setattr(self, name, json.loads(value))
                 except json.JSONDecodeError as e:
                     raise ConfigError(f"--{name} must be JSON, got {value!r}") from e
+
+
+    def _check_collapse_settings(self) -> None:
+        """``on_collapse`` and its knobs; ``stop_on_collapse`` is ``on_collapse stop``."""
+        from arlgym.rl.alarm import ON_COLLAPSE, REMEDY_NAMES
+
+        if self.on_collapse not in ON_COLLAPSE:
+            raise ConfigError(f"on_collapse={self.on_collapse!r} is unknown: expected one of "
+                              f"{', '.join(ON_COLLAPSE)}. Fix: --on_collapse rollback")
+        if self.stop_on_collapse:
+            if self.on_collapse == "rollback":
+                raise ConfigError("stop_on_collapse true and on_collapse rollback contradict "
+                                  "each other. Fix: drop stop_on_collapse")
+            self.on_collapse = "stop"
+        if self.rollback_remedy not in REMEDY_NAMES:
+            raise ConfigError(f"rollback_remedy={self.rollback_remedy!r} is unknown: expected "
+                              f"one of {', '.join(REMEDY_NAMES)}. Fix: --rollback_remedy halve_lr")
+        if self.on_collapse != "warn" and not self.collapse_alarm:
+            raise ConfigError(f"on_collapse {self.on_collapse} needs the alarm: set "
+                              "collapse_alarm true (or on_collapse warn)")
+        if self.on_collapse == "rollback" and self.async_rollouts:
+            raise ConfigError("on_collapse rollback restores the learner in place; async "
+                              "rollout workers would keep sampling the abandoned versions. Fix: "
+                              "--on_collapse stop with async_rollouts, or async_rollouts false")
+        if self.degradation_alarm and (self.eval_steps <= 0 or self.eval_split == "test"):
+            raise ConfigError("degradation_alarm reads the periodic eval, which must not be the "
+                              "test panel: set eval_steps > 0 and eval_split val")
 
 
 #: Ranges of the numeric fields, checked (with the types) before anything else happens.
@@ -305,6 +349,7 @@ _RANGES: dict[str, Any] = {
     "max_tries": (1, None), "cold_start_steps": (0, None), "rollout_correction_cap": "gt0",
     "rollout_correction_floor": (0, None), "rollout_workers": (1, None),
     "max_staleness": (0, None), "eval_temperature": (0, None), "eval_top_p": (0, 1),
+    "max_rollbacks": (0, None), "snapshot_steps": (1, None),
     "eval_top_k": (0, None), "eval_samples": (1, None),
 }
 #: Example values for the fields whose default is None (for the fix hint of an error).

@@ -178,7 +178,8 @@ CREDIT_TOKEN_FRAC = _m("credit/token_frac", "mean", "share of response tokens th
 # ---------------------------------------------------------------- staleness (async rollouts)
 STALENESS_MEAN = _m("staleness/mean", "mean", "mean updates between sampling and training")
 STALENESS_MAX = _m("staleness/max", "max", "most updates between sampling and training")
-_family("staleness/hist_", "sum", "turn samples trained on, by their staleness in updates")
+STALENESS_HIST = "staleness/hist_"
+_family(STALENESS_HIST, "sum", "turn samples trained on, by their staleness in updates")
 ASYNC_DROPPED = _m("async/dropped_groups", "sum", "rollout jobs discarded as over-stale (drop)")
 ASYNC_WITHHELD = _m("async/withheld_groups", "sum",
                     "rollout jobs whose task was replayed as over-stale (withhold)")
@@ -287,3 +288,9 @@ def read_metrics_jsonl(path: str | Path) -> list[dict[str, Any]]:
         if isinstance(row, dict):
             rows.append(row)
     return rows
+
+
+# ---------------------------------------------------------------- the alarm's rollbacks
+ALARM_ROLLBACKS = _m("alarm/rollbacks", "max",
+                     "rollbacks so far (on_collapse rollback): 0 until the alarm first fires")
+__all__ += ["ALARM_ROLLBACKS"]

@@ -11,11 +11,77 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
+from arlgym.policies import SamplingParams
+from arlgym.policies.engine import EngineSpec
 from arlgym.rl import metrics as M
+from arlgym.rl.async_rollout import AsyncRollouts, WorkerSpec
 
-__all__ = ["RolloutSource", "InProcessSource", "AsyncSource"]
+__all__ = ["RolloutSource", "RolloutSampling", "AsyncSpec", "InProcessSource", "AsyncSource"]
+
+
+@dataclass(frozen=True)
+class RolloutSampling:
+    """How a rank samples its rollouts: the config's decoding settings and one sampling seed
+    per (step, attempt, rank), so a step's draws do not depend on where it is played (the
+    learner's collector, or an async worker playing that step's batch)."""
+
+    seed: int
+    temperature: float
+    top_p: float
+    top_k: int
+    max_new_tokens: int
+    rank: int = 0
+
+    @classmethod
+    def of(cls, cfg: Any, rank: int) -> RolloutSampling:
+        return cls(seed=cfg.seed, temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k,
+                   max_new_tokens=cfg.max_new_tokens, rank=rank)
+
+    def __call__(self, step: int, attempt: int = 0) -> SamplingParams:
+        seed = (self.seed * 7919 + step * 104_729 + attempt * 1_299_709
+                + self.rank * 15_485_863) % 2**31
+        return SamplingParams(temperature=self.temperature, top_p=self.top_p, top_k=self.top_k,
+                              max_new_tokens=self.max_new_tokens, seed=seed)
+
+    def kwargs(self, task: int) -> dict[str, Any]:
+        """An async job's sampling (job ``task`` is step ``task``'s batch), as plain kwargs."""
+        return asdict(self(task, 0))
+
+
+@dataclass(frozen=True)
+class AsyncSpec:
+    """Everything :class:`AsyncSource` needs to start its workers (plain data).
+
+    Attributes:
+        worker: the workers' engine and env settings.
+        num_workers: rollout worker processes.
+        max_staleness, staleness_policy: the bound and how it is kept (:mod:`arlgym.rl.staleness`).
+        sampling: the rank's rollout sampling.
+    """
+
+    worker: WorkerSpec
+    num_workers: int
+    max_staleness: int
+    staleness_policy: str
+    sampling: RolloutSampling
+
+    @classmethod
+    def of(cls, cfg: Any, engine: EngineSpec, sampling: RolloutSampling, *, num_tasks: int,
+           env_seed: int, collector: dict[str, Any]) -> AsyncSpec:
+        """The spec of a run's config; ``num_tasks``/``env_seed``: the rank's task stream;
+        ``collector``: extra collector kwargs (env servers)."""
+        worker = WorkerSpec(model=cfg.model, seed=cfg.seed, env_id=cfg.env_id,
+                            env_kwargs=dict(cfg.env_kwargs), group_size=cfg.group_size,
+                            num_tasks=num_tasks, env_seed=env_seed,
+                            generation_batch_size=cfg.generation_batch_size,
+                            torch_threads=cfg.torch_threads, engine=engine,
+                            extra={"collector": collector})
+        return cls(worker=worker, num_workers=cfg.rollout_workers,
+                   max_staleness=cfg.max_staleness, staleness_policy=cfg.staleness_policy,
+                   sampling=sampling)
 
 
 class RolloutSource(Protocol):
@@ -44,7 +110,7 @@ class InProcessSource:
     Args:
         collector: the :class:`~arlgym.rollout.RolloutCollector` (its policy samples from the
             live model, or from an engine that ``push`` refreshes).
-        sampling: ``(step, attempt) -> SamplingParams``.
+        sampling: ``(step, attempt) -> SamplingParams`` (a :class:`RolloutSampling`).
         push: called after each update when the engine keeps its own weights (vLLM).
     """
 
@@ -84,20 +150,26 @@ class AsyncSource:
     Args:
         collector: the in-process collector, kept for its checkpoint fields (a run can switch
             ``async_rollouts`` off on resume) and closed with the source.
-        start: ``(version, state) -> AsyncRollouts`` (the learner's step and a checkpoint's
-            task stream, or None).
+        spec: the workers' settings.
+        weights: the learner's current weights (what the workers start with).
     """
 
-    def __init__(self, collector: Any, start: Callable[[int, dict[str, Any] | None], Any]) -> None:
+    def __init__(self, collector: Any, spec: AsyncSpec,
+                 weights: Callable[[], dict[str, Any]]) -> None:
         self.collector = collector
-        self.start = start
+        self.spec = spec
+        self.weights = weights
         self.rollouts: Any = None
         self._state: dict[str, Any] | None = None
         self._wait = 0.0
 
     def batch(self, step: int, attempt: int) -> list[Any]:
         if self.rollouts is None:
-            self.rollouts = self.start(step, self._state)
+            s = self.spec
+            self.rollouts = AsyncRollouts(
+                s.worker, self.weights(), num_workers=s.num_workers,
+                max_staleness=s.max_staleness, policy=s.staleness_policy,
+                sampling=s.sampling.kwargs, version=step, state=self._state)
         t0 = time.perf_counter()
         trajs, _staleness, _task = self.rollouts.next_batch()
         self._wait += time.perf_counter() - t0

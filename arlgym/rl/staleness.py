@@ -35,14 +35,36 @@ workers call it under one lock, and the property test drives it directly.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from arlgym.errors import ConfigError
+from arlgym.rl import metrics as M
 
-__all__ = ["POLICIES", "Group", "StalenessScheduler"]
+__all__ = ["POLICIES", "Group", "StalenessScheduler", "check_staleness", "staleness_metrics"]
 
 POLICIES = ("drop", "withhold", "pace")
+
+
+def check_staleness(max_staleness: int, policy: str) -> None:
+    """The one check of ``max_staleness`` and ``staleness_policy`` (the config's and the
+    scheduler's): a ConfigError naming the setting and its fix."""
+    if policy not in POLICIES:
+        raise ConfigError(f"staleness_policy={policy!r} is unknown: expected one of "
+                          f"{', '.join(POLICIES)}. Fix: --staleness_policy pace")
+    if max_staleness < 0:
+        raise ConfigError(f"max_staleness must be >= 0, got {max_staleness}. Fix: "
+                          "--max_staleness 1 (0: every group sampled by the current weights)")
+
+
+def staleness_metrics(staleness: list[int], k: int) -> dict[str, float]:
+    """Mean, max and histogram (``staleness/hist_0..k``) of the trained turns' staleness."""
+    out = {M.STALENESS_MEAN: float(sum(staleness) / len(staleness)) if staleness else 0.0,
+           M.STALENESS_MAX: float(max(staleness)) if staleness else 0.0}
+    for i in range(k + 1):
+        out[f"{M.STALENESS_HIST}{i}"] = float(sum(1 for x in staleness if x == i))
+    return out
 
 
 @dataclass
@@ -82,12 +104,7 @@ class StalenessScheduler:
     replay: deque[int] = field(default_factory=deque)
 
     def __post_init__(self) -> None:
-        if self.policy not in POLICIES:
-            raise ConfigError(f"staleness_policy={self.policy!r} is unknown: expected one of "
-                              f"{', '.join(POLICIES)}. Fix: pick one of those.")
-        if self.max_staleness < 0:
-            raise ConfigError(f"max_staleness must be >= 0, got {self.max_staleness}. Fix: "
-                              "--max_staleness 1 (0: every group sampled by the current weights)")
+        check_staleness(self.max_staleness, self.policy)
         if self.batch_groups < 1:
             raise ConfigError(f"batch_groups must be >= 1, got {self.batch_groups}")
         if not self.capacity:
@@ -95,6 +112,27 @@ class StalenessScheduler:
         if self.capacity < self.batch_groups:
             raise ConfigError(f"queue capacity {self.capacity} < {self.batch_groups} groups per "
                               "update: the learner could never fill a batch")
+
+    def resume(self, version: int, next_task: int | None = None,
+                pending: Sequence[int] = ()) -> None:
+        """Continue at learner version ``version`` (a resumed run's step): ``pace`` counts its
+        admissions from there; the task stream goes on at ``next_task`` (default: ``version``)
+        and plays the ``pending`` tasks (admitted, never trained) first."""
+        self.version = version
+        self.started = self.admitted = version
+        self.next_task = version if next_task is None else next_task
+        self.replay.extend(pending)
+
+    def pending(self) -> list[int]:
+        """Every task admitted but not yet trained (in flight, queued or withheld), sorted."""
+        return sorted([g.task for g in self.queue] + [t for t, _ in self.in_flight.values()]
+                      + list(self.replay))
+
+    def pop_counts(self) -> tuple[int, int]:
+        """Groups dropped and withheld since the last call."""
+        out = (self.dropped, self.withheld)
+        self.dropped = self.withheld = 0
+        return out
 
     # ------------------------------------------------------------------ rollout side
     def may_start(self) -> bool:
@@ -121,10 +159,14 @@ class StalenessScheduler:
         self.next_task += 1
         return self.next_task - 1
 
-    def finish(self, gid: int, payload: Any = None) -> None:
-        """A worker delivered group ``gid``."""
-        task, version = self.in_flight.pop(gid)
-        self.queue.append(Group(gid, task, version, payload))
+    def is_in_flight(self, gid: int) -> bool:
+        return gid in self.in_flight
+
+    def finish(self, gid: int, payload: Any = None, version: int | None = None) -> None:
+        """A worker delivered group ``gid``, sampled with weights of ``version`` (default: the
+        version it was admitted at; a worker may have had newer weights by then)."""
+        task, admitted_at = self.in_flight.pop(gid)
+        self.queue.append(Group(gid, task, admitted_at if version is None else version, payload))
 
     def fail(self, gid: int) -> None:
         """A worker died with group ``gid`` in flight: its task is played again (any policy)."""

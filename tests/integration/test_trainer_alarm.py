@@ -1,7 +1,7 @@
 """The trainer's collapse-alarm hook, resume hygiene and final test eval, with the tiny model.
 
 The alarm's rule itself is tested in tests/unit/arena/test_alarm.py; here the verdict is
-forced (the seam: ``arlgym.arena.alarm.detect_collapse``) so that the trainer's side — the
+forced (the seam: ``arlgym.rl.alarm.detect_collapse``) so that the trainer's side — the
 metric, collapse.json, stopping and restoring the last healthy checkpoint — runs for real."""
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def _rows(path):
 
 
 def test_alarm_warns_logs_and_stops_on_the_last_healthy_checkpoint(tmp_path, monkeypatch):
-    import arlgym.arena.alarm as alarm
+    import arlgym.rl.alarm as alarm
 
     monkeypatch.setattr(alarm, "detect_collapse", _fire_from_row(3, began=2))
     cfg = parse_train_config([*TINY, "--output_dir", str(tmp_path), "--max_steps", "6",
@@ -52,7 +52,7 @@ def test_alarm_warns_logs_and_stops_on_the_last_healthy_checkpoint(tmp_path, mon
 
 
 def test_alarm_without_stop_only_warns(tmp_path, monkeypatch):
-    import arlgym.arena.alarm as alarm
+    import arlgym.rl.alarm as alarm
 
     monkeypatch.setattr(alarm, "detect_collapse", _fire_from_row(2, began=1))
     cfg = parse_train_config([*TINY, "--output_dir", str(tmp_path), "--max_steps", "3"])

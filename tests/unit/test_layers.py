@@ -35,11 +35,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
 
 #: Known edges against the order, each to be removed by the change that names it. An entry
 #: here is a debt, not a rule: delete it together with the import.
-ALLOWED_UPWARD: frozenset[tuple[str, str]] = frozenset({
-    # the trainer's collapse alarm lives in the arena; it moves into rl/ (the arena then
-    # re-exports it), and this entry goes with that move
-    ("arlgym.rl.trainer", "arlgym.arena.alarm"),
-})
+ALLOWED_UPWARD: frozenset[tuple[str, str]] = frozenset()
 
 
 def module_files(root: Path = ROOT) -> dict[str, Path]:
