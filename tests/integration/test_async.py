@@ -112,8 +112,9 @@ def test_staleness_0_resume_is_exact(tmp_path):
     a, b = tmp_path / "straight", tmp_path / "resumed"
     k0 = [*ASYNC, "--max_staleness", "0"]
     _trainer(a, "--max_steps", "4", *k0).train()
-    _trainer(b, "--max_steps", "2", "--save_steps", "2", *k0).train()
-    _trainer(b, "--max_steps", "4", "--resume", "true", *k0).train()
+    keep_all = ("--save_steps", "2", "--save_total_limit", "0")  # step 2's checkpoint is read below
+    _trainer(b, "--max_steps", "2", *keep_all, *k0).train()
+    _trainer(b, "--max_steps", "4", "--resume", "true", *keep_all, *k0).train()
     assert _same_weights(a, b)
     state = json.loads((b / "checkpoints" / "step-000002" / "collector_rank0.json").read_text())
     assert state["async"]["next_task"] >= 2  # tasks admitted but not trained are replayed

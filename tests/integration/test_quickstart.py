@@ -464,13 +464,13 @@ def test_quickstart_cut_short_is_loud(tmp_path):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--rl-algos", "foo,grpo"], "--rl-algos 'foo,grpo': unknown preset(s) ['foo']"),
-    (["--rl-algos", ","], "--rl-algos ',': empty"),
+    (["--rl-algos", "foo,grpo"], "--rl-algos 'foo,grpo': unknown preset 'foo'"),
+    (["--rl-algos", ","], "--rl-algos ',' names no preset"),
     (["--rl-algos", "grpo,sampo,grpo"], "['grpo'] named twice"),
     (["--rl-jobs", "0"], "--rl-jobs=0 is invalid: expected an int >= 1"),
     (["--room-size", "3"], "--room-size=3 is invalid: expected an int >= 5 and <= 10"),
     (["--history-length", "-1"], "--history-length=-1 is invalid: expected an int >= 0"),
-    (["--teacher", "slips:2:expert"], "--teacher 'slips:2:expert': slips spec"),
+    (["--teacher", "slips:2:expert"], "--teacher 'slips:2:expert' names no teacher"),
     (["--teacher", "random"], "--teacher 'random': the demonstrator must be the greedy teacher"),
     (["--teacher", "slips:0.5:random"], "Fix: --teacher greedy, expert, or slips|mistakes:<p>:greedy|expert"),
     (["--demos", "lost"], "--demos 'lost': must be won or all. Fix: --demos won"),

@@ -219,7 +219,9 @@ def test_a_resumed_run_hands_the_engine_its_checkpoint_weights(tmp_path, fake_vl
     """The engine is built with the start model; a resume must push the checkpoint's weights
     before the first rollout (negative control: without that push the gap shows at once)."""
     _run(tmp_path, *_VLLM, "--model", peaked_model, "--max_steps", "2", "--save_steps", "2")
-    resume = [*_VLLM, "--model", peaked_model, "--max_steps", "3", "--resume", "true"]
+    # step 2's checkpoint stays the newest: the second resume starts from it again
+    resume = [*_VLLM, "--model", peaked_model, "--max_steps", "3", "--resume", "true",
+              "--save_steps", "2", "--save_total_limit", "0"]
     _, history = _run(tmp_path, *resume)
     assert history[0]["step"] == 3 and history[0]["rollout/logprob_abs_diff_max"] < 1e-3
     (tmp_path / "final").rename(tmp_path / "final-1")

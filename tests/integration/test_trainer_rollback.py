@@ -146,7 +146,7 @@ def test_a_run_killed_after_a_rollback_resumes_into_the_same_run(tmp_path, monke
     count come back from the checkpoint; the abandoned branch's checkpoints are gone."""
     a, b = tmp_path / "straight", tmp_path / "resumed"
     flags = ["--on_collapse", "rollback", "--snapshot_steps", "2", "--rollback_remedy",
-             "seq_mask", "--save_steps", "1"]
+             "seq_mask", "--save_steps", "1", "--save_total_limit", "0"]  # every checkpoint kept
     monkeypatch.setattr(alarm, "detect_collapse", _fire_once(at=4, began=3))
     Trainer(_cfg(a, "--max_steps", "6", *flags)).train()
     fire = _fire_once(at=4, began=3)  # one rule for both processes of the resumed run: it

@@ -44,7 +44,7 @@ def test_quickstart_names_its_own_flag_before_printing_anything(tmp_path, flag, 
     proc = subprocess.run([sys.executable, "-m", "arlgym.cli", "quickstart", flag, value,
                            "--out", str(out)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and proc.stdout == "", proc.stdout
-    assert proc.stderr.startswith(f"arlgym: error: {flag}={float(value) if flag in ('--rl-lr', '--rl-temperature', '--rl-kl-coef') else int(value)} is invalid")
+    assert proc.stderr.startswith(f"arlgym quickstart: error: {flag}={float(value) if flag in ('--rl-lr', '--rl-temperature', '--rl-kl-coef') else int(value)} is invalid")
     assert "YAML" not in proc.stderr and not out.exists()
 
 
