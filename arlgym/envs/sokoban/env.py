@@ -11,8 +11,9 @@ generates the room from that seed, so a task id such as ``"6x6-1b-123"`` names o
 seed: small rooms repeat (at 7×7 with one box, 10% of 200 seed-disjoint test rooms were found
 verbatim among 3,000 training rooms), so a room's split is a function of its puzzle — walls,
 targets and boxes (:func:`room_split`) — and a draw whose puzzle belongs to another split is
-redrawn. A held-out room can therefore not be drawn for training from any seed. ``reset(options={"level": xsb})`` plays a given XSB level, and
-``levels=<file or list>`` makes the env draw from a level collection (e.g. Boxoban files).
+redrawn. A held-out room can therefore not be drawn for training from any seed.
+``reset(options={"level": xsb})`` plays a given XSB level, and ``levels=<file or list>`` makes
+the env draw from a level collection (e.g. Boxoban files).
 """
 
 from __future__ import annotations
