@@ -35,6 +35,7 @@ from typing import Any
 
 from arlgym.arena.alarm import detect_collapse
 from arlgym.errors import ConfigError
+from arlgym.evaluation.decodings import DECODINGS
 from arlgym.evaluation.patterns import pattern_report, plot_transitions
 from arlgym.evaluation.sankey import plot_sankey_png, sankey_flows, write_sankey_html
 from arlgym.rl import metrics as M
@@ -87,6 +88,10 @@ class RunResult:
     rows: list[dict[str, Any]]
     evals: dict[str, dict[str, Any]] = field(default_factory=dict)  # "last"/"best" -> summary
     collapse: dict[str, Any] | None = None
+    #: "last"/"best" -> "greedy"/"sampled" -> test summary (the run's own eval and its companion)
+    by_decoding: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    #: the rollbacks of ``on_collapse rollback`` (collapse.json): alarm step, step returned to, remedy
+    rollbacks: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def env_id(self) -> str:
@@ -108,6 +113,35 @@ class RunResult:
         return float(sum(r.get(key, 0.0) for r in self.rows))
 
 
+def read_test_evals(folder: Path, config: dict[str, Any]
+                    ) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, dict[str, Any]]]]:
+    """A run's test summaries: (checkpoint -> its own eval's summary, checkpoint -> decoding ->
+    summary). The own eval's decoding is what its summary says, or, in folders written before
+    summaries said it, what ``eval_temperature`` made it; the companion
+    (``test_both_decodings``) is ``test-<ckpt>.<greedy|sampled>.summary.json``."""
+    evals: dict[str, dict[str, Any]] = {}
+    by_decoding: dict[str, dict[str, dict[str, Any]]] = {}
+    own = "sampled" if float(config.get("eval_temperature") or 0) > 0 else "greedy"
+    for name in ("last", "best"):
+        p = folder / "eval" / f"test-{name}.summary.json"
+        if p.exists():
+            evals[name] = json.loads(p.read_text())
+            by_decoding.setdefault(name, {})[evals[name].get("decoding", own)] = evals[name]
+        for decoding in DECODINGS:
+            p = folder / "eval" / f"test-{name}.{decoding}.summary.json"
+            if p.exists():
+                by_decoding.setdefault(name, {})[decoding] = json.loads(p.read_text())
+    return evals, by_decoding
+
+
+def read_rollbacks(folder: Path) -> list[dict[str, Any]]:
+    """The rollbacks recorded in a run's ``collapse.json`` (none when it never rolled back)."""
+    path = folder / "collapse.json"
+    if not path.exists():
+        return []
+    return list(json.loads(path.read_text()).get("rollbacks", []))
+
+
 def load_runs(outs: Sequence[str | Path], skipped: list[str] | None = None) -> list[RunResult]:
     """Every finished run folder (``*/seed-*/config.json``) under the given grid folders.
 
@@ -124,11 +158,7 @@ def load_runs(outs: Sequence[str | Path], skipped: list[str] | None = None) -> l
         for cfg_path in sorted(root.glob("*/seed-*/config.json")):
             folder = cfg_path.parent
             config = json.loads(cfg_path.read_text())["config"]
-            evals = {}
-            for name in ("last", "best"):
-                p = folder / "eval" / f"test-{name}.summary.json"
-                if p.exists():
-                    evals[name] = json.loads(p.read_text())
+            evals, by_decoding = read_test_evals(folder, config)
             if int(config.get("test_episodes") or 0) > 0 and "last" not in evals:
                 if skipped is not None:
                     skipped.append(str(folder))
@@ -137,7 +167,8 @@ def load_runs(outs: Sequence[str | Path], skipped: list[str] | None = None) -> l
             runs.append(RunResult(folder=folder, label=folder.parent.name,
                                   algo=config.get("algo", folder.parent.name.split("__")[0]),
                                   seed=int(config.get("seed", 0)), config=config, rows=rows,
-                                  evals=evals, collapse=detect_collapse(rows)))
+                                  evals=evals, collapse=detect_collapse(rows),
+                                  by_decoding=by_decoding, rollbacks=read_rollbacks(folder)))
     if not runs:
         raise ConfigError(f"arena report: no finished runs under {', '.join(map(str, outs))} "
                           "(expected <out>/<method>/seed-<n>/config.json with its test eval)")
@@ -220,7 +251,16 @@ def build_table(runs: Sequence[RunResult], checkpoint: str = "auto") -> dict[str
             m, se = mean_se(succ)
             sm, sse = mean_se(score)
             collapsed = [{"seed": r.seed, "step": r.collapse["step"]} for r in group if r.collapse]
+            decodings = {}
+            for d in DECODINGS:  # both decodings of the checkpoint each seed's cell uses
+                vals = [r.by_decoding.get(p[0], {}).get(d, {}).get("overall", {}).get(M.SUMMARY_SUCCESS_RATE)
+                        for r, p in zip(group, picks, strict=True)]
+                vals = [v for v in vals if v is not None]
+                dm, dse = mean_se(vals)
+                decodings[d] = {"mean": dm, "se": dse, "n": len(vals)}
             row["envs"][env] = {
+                "decodings": decodings,
+                "rollbacks": [{"seed": r.seed, **x} for r in group for x in r.rollbacks],
                 "success_mean": m, "success_se": se, "score_mean": sm, "score_se": sse,
                 "per_seed": {r.seed: (p[1] or {}).get(M.SUMMARY_SUCCESS_RATE) for r, p in zip(group, picks, strict=True)},
                 "checkpoint": sorted({p[0] for p in picks}),
@@ -259,42 +299,60 @@ def _table_lines(table: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     webshop = {e for e in table["envs"] if "WebShop" in e}
     for env in table["envs"]:
         short = env.split("/")[-1]
-        header += [f"{short} success %", f"{short} vs GRPO"]
+        header += [f"{short} greedy %", f"{short} sampled %", f"{short} vs GRPO"]
         if env in webshop:
             header.append(f"{short} score")
         header += [f"{short} checkpoint", f"{short} seeds", f"{short} collapsed",
-                   f"{short} env steps", f"{short} tokens"]
+                   f"{short} rollbacks", f"{short} env steps", f"{short} tokens"]
     body = []
     for row in table["rows"]:
         line = [row["dimension"], row["method"]]
         for env in table["envs"]:
             c = row["envs"].get(env)
-            n = 8 if env in webshop else 7
+            n = 10 if env in webshop else 9
             if c is None:
                 line += ["–"] * n
                 continue
             pct = c.get("vs_grpo_pct")
-            line += [_fmt(c["success_mean"], c["success_se"]),
-                     "–" if pct is None else f"{pct:+.1f}%"]
+            dec = c.get("decodings", {})
+            line += [_fmt(dec[d]["mean"], dec[d]["se"]) if d in dec else "–" for d in DECODINGS]
+            line.append("–" if pct is None else f"{pct:+.1f}%")
             if env in webshop:
                 line.append(_fmt(c["score_mean"], c["score_se"], pct=False))
             coll = c["collapsed"]
             line += ["/".join(c["checkpoint"]), str(len(c["seeds"])),
                      f"{len(coll)}/{len(c['seeds'])}" + (
                          " (step " + ", ".join(str(x["step"]) for x in coll) + ")" if coll else ""),
+                     _rollback_cell(c.get("rollbacks", [])),
                      f"{c['env_steps']:.0f}", f"{c['tokens']:.0f}"]
         body.append(line)
     return header, body
+
+
+def _rollback_cell(rollbacks: Sequence[dict[str, Any]]) -> str:
+    """``0``, or the count and each rollback as seed:alarm step→step returned to (remedy)."""
+    if not rollbacks:
+        return "0"
+    return f"{len(rollbacks)} (" + ", ".join(
+        f"s{x['seed']}:{x['alarm_at']}→{x['to_step']} {x.get('remedy') or 'stop'}" for x in rollbacks) + ")"
+
+
+#: what the table's columns mean (table.md and index.html)
+TABLE_NOTE = ("Success on the test panel, mean ± standard error over seeds (percent), under "
+              "greedy decoding (one episode a task) and sampled decoding (the runs' eval_* "
+              "settings when they sample, else the paper's validation sampling: temperature 0.6, "
+              "top-p 0.95, top-k 20, 4 episodes a task); '–': no eval of that decoding "
+              "(test_both_decodings false). 'vs GRPO': relative change of the mean of the runs' "
+              "own test eval (eval_temperature's decoding). Checkpoint: best-on-validation or "
+              "last. Collapsed: seeds whose run the collapse alarm judged collapsed (and where it "
+              "began). Rollbacks (on_collapse rollback): seed:alarm step→step returned to, remedy.")
 
 
 def write_table(table: dict[str, Any], folder: Path) -> tuple[Path, Path]:
     header, body = _table_lines(table)
     md = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     md += ["| " + " | ".join(line) + " |" for line in body]
-    note = ("Success: greedy, on the test panel, mean ± standard error over seeds (percent); "
-            "'vs GRPO': relative change of the mean. Checkpoint: best-on-validation or last. "
-            "Collapsed: seeds whose run the collapse alarm judged collapsed (and where it began).")
-    (folder / "table.md").write_text("\n".join(md) + "\n\n" + note + "\n")
+    (folder / "table.md").write_text("\n".join(md) + "\n\n" + TABLE_NOTE + "\n")
     with (folder / "table.csv").open("w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(header)
@@ -324,7 +382,7 @@ def plot_curves(runs: Sequence[RunResult], folder: Path) -> dict[str, Path]:
     out = {}
     for name, (title, keys) in CURVES.items():
         fig, ax = plt.subplots(figsize=(7, 4))
-        drawn = False
+        drawn = rolled = False
         for label in labels:
             series = defaultdict(list)  # step -> values over seeds
             for r in runs:
@@ -343,11 +401,17 @@ def plot_curves(runs: Sequence[RunResult], folder: Path) -> dict[str, Path]:
             ax.plot(steps, mean, color=colors[label], label=label, lw=1.6,
                     marker="o" if len(steps) < 12 else None, ms=3)
             ax.fill_between(steps, mean - se, mean + se, color=colors[label], alpha=0.18, lw=0)
+            for x in (x for r in runs if r.label == label for x in r.rollbacks):
+                # a rollback: dashed at the alarm's step, dotted at the step the run went back to
+                ax.axvline(x["alarm_at"], color=colors[label], ls="--", lw=0.9, alpha=0.8)
+                ax.axvline(x["to_step"], color=colors[label], ls=":", lw=0.9, alpha=0.8)
+                rolled = True
             drawn = True
         if not drawn:
             plt.close(fig)
             continue
-        ax.set(title=title + " (mean ± SE over seeds)", xlabel="step")
+        ax.set(title=title + " (mean ± SE over seeds)", xlabel="step"
+               + ("; rollbacks: alarm --, back to ··" if rolled else ""))
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, ncol=2)
         fig.tight_layout()
@@ -438,9 +502,8 @@ def _index_html(table: dict[str, Any], folder: Path, curves: dict[str, Path],
              + "".join(f"<th>{html.escape(h)}</th>" for h in header) + "</tr>"]
     for line in body:
         parts.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in line) + "</tr>")
-    parts.append("</table><p>Success: greedy on the test panel, mean ± standard error over "
-                 "seeds. <a href='table.md'>table.md</a> · <a href='table.csv'>table.csv</a> · "
-                 "<a href='report.json'>report.json</a></p>")
+    parts.append(f"</table><p>{html.escape(TABLE_NOTE)} <a href='table.md'>table.md</a> · "
+                 "<a href='table.csv'>table.csv</a> · <a href='report.json'>report.json</a></p>")
     parts.append("<h2>Collapse verdicts</h2><ul>")
     for r in sorted(runs, key=lambda r: (r.label, r.seed)):
         if r.collapse:
@@ -448,6 +511,10 @@ def _index_html(table: dict[str, Any], folder: Path, curves: dict[str, Path],
                          f"{r.collapse['step']} — {html.escape(r.collapse['reason'])}</li>")
         else:
             parts.append(f"<li>{html.escape(r.label)} seed {r.seed}: healthy</li>")
+        for x in r.rollbacks:
+            parts.append(f"<li class='bad'>{html.escape(r.label)} seed {r.seed}: rolled back at "
+                         f"step {x['alarm_at']} to step {x['to_step']} "
+                         f"({html.escape(str(x.get('remedy') or 'stopped'))})</li>")
     parts.append("</ul><h2>Training curves</h2>")
     parts += [f"<img src='{rel(p)}' alt='{html.escape(n)}'>" for n, p in curves.items()]
     parts.append("<h2>IS analysis (paper Figs. 3–4)</h2>")

@@ -14,8 +14,11 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["MODEL_POLICY_PREFIXES", "is_model_policy", "greedy_companion", "success_by_task",
+__all__ = ["DECODINGS", "MODEL_POLICY_PREFIXES", "is_model_policy", "greedy_companion", "success_by_task",
            "paired_difference", "paired_on_tasks"]
+
+#: the two decodings every model row is reported under
+DECODINGS = ("greedy", "sampled")
 
 #: policy spec prefixes whose decoding is a choice (scripted policies have none)
 MODEL_POLICY_PREFIXES = ("hf:", "vllm:", "openai:")

@@ -61,6 +61,12 @@ class TrainConfig:
                                "eval/test-best.jsonl, each with a .summary.json carrying the "
                                "task panel and its hash (0: off).")
     test_split: str = _f("test", "Task split of the final eval (test_episodes).")
+    test_both_decodings: bool = _f(True, "The final test eval also plays the other decoding: "
+                                         "greedy beside a sampled eval (eval_temperature > 0), "
+                                         "or the paper's validation sampling (temperature 0.6, "
+                                         "top-p 0.95, top-k 20, 4 episodes a task) beside a "
+                                         "greedy one: eval/test-<ckpt>.<greedy|sampled>.jsonl; "
+                                         "the arena report shows both.")
     eval_temperature: float = _f(0.0, "Sampling temperature of the periodic and final evals "
                                       "(0: greedy). The paper validates at 0.6 with eval_top_p "
                                       "0.95 and eval_top_k 20.")

@@ -3,6 +3,12 @@
 Both decode as :func:`eval_sampling` says (greedy by default) and run the envs where the
 rollouts run (local, or ``env_servers``). They read the trainer's live model and settings and
 write nothing but their own files.
+
+Why the final eval plays both decodings by default (``test_both_decodings``): a policy that
+imitates a noisy demonstrator copies the noise, and argmax drops it for free, so an RL effect
+read under sampling alone can be what greedy decoding of the start already gives
+(docs/main_job.md). The arena report therefore shows every run under greedy decoding and the
+paper's validation sampling side by side.
 """
 
 from __future__ import annotations
@@ -17,7 +23,11 @@ from arlgym.policies.hf import HFPolicy
 from arlgym.rl import metrics as M
 from arlgym.rl.build import env_server_kwargs
 
-__all__ = ["eval_sampling", "periodic_eval", "final_evaluation"]
+__all__ = ["eval_sampling", "decoding_of", "companion_decoding", "final_evaluation",
+           "periodic_eval", "PAPER_SAMPLING"]
+
+#: the paper's validation sampling: temperature, top-p, top-k, episodes a task
+PAPER_SAMPLING = {"temperature": 0.6, "top_p": 0.95, "top_k": 20, "samples": 4}
 
 
 def eval_sampling(cfg: Any) -> SamplingParams:
@@ -29,6 +39,22 @@ def eval_sampling(cfg: Any) -> SamplingParams:
     return SamplingParams(temperature=cfg.eval_temperature, top_p=cfg.eval_top_p,
                           top_k=cfg.eval_top_k, max_new_tokens=cfg.max_new_tokens,
                           seed=cfg.seed + 1234)
+
+
+def decoding_of(sampling: SamplingParams) -> str:
+    """``greedy`` or ``sampled``: the name an eval's files and the report use for it."""
+    return "greedy" if sampling.temperature <= 0 else "sampled"
+
+
+def companion_decoding(cfg: Any) -> tuple[SamplingParams, int]:
+    """The final eval's other decoding (``test_both_decodings``): greedy, one episode a task,
+    beside a sampled eval; beside a greedy one, the paper's validation sampling with the same
+    seed rule as :func:`eval_sampling`. Returns (sampling, episodes a task)."""
+    if cfg.eval_temperature > 0:
+        return SamplingParams(temperature=0.0, max_new_tokens=cfg.max_new_tokens), 1
+    ps = PAPER_SAMPLING
+    return (SamplingParams(temperature=ps["temperature"], top_p=ps["top_p"], top_k=ps["top_k"],
+                           max_new_tokens=cfg.max_new_tokens, seed=cfg.seed + 1234), ps["samples"])
 
 
 def _live_policy(trainer: Any) -> Any:
@@ -56,8 +82,11 @@ def periodic_eval(trainer: Any) -> dict[str, float]:
 
 
 def final_evaluation(trainer: Any) -> dict[str, dict[str, Any]]:
-    """Greedy eval of final/ (and best/) on the test panel: ``eval/test-{last,best}.jsonl``
-    and ``.summary.json`` files that carry the panel and its hash (main process)."""
+    """Eval of final/ (and best/) on the test panel under :func:`eval_sampling`:
+    ``eval/test-{last,best}.jsonl`` and ``.summary.json`` files that carry the panel, its hash
+    and the decoding (main process); with ``test_both_decodings`` also under
+    :func:`companion_decoding`, in ``eval/test-{last,best}.{greedy,sampled}.jsonl``. Returns
+    the primary summaries by checkpoint name."""
     cfg, out_dir = trainer.cfg, trainer.out
     panel = make_panel(cfg.env_id, cfg.test_split, cfg.test_episodes, cfg.env_kwargs)
     folder = out_dir / "eval"
@@ -72,19 +101,27 @@ def final_evaluation(trainer: Any) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     model.eval()
     try:
+        # the companion first: a primary summary on disk then means the checkpoint is done
+        # (the arena's finished-run check reads it)
+        decodings = [(eval_sampling(cfg), cfg.eval_samples, "")]
+        if cfg.test_both_decodings:
+            other, samples = companion_decoding(cfg)
+            decodings.insert(0, (other, samples, "." + decoding_of(other)))
         for name, policy in policies.items():
-            path = folder / f"test-{name}.jsonl"
-            summary, _ = evaluate(
-                cfg.env_id, policy, episodes=cfg.test_episodes, split=cfg.test_split, out=path,
-                batch_size=64, env_kwargs=cfg.env_kwargs, progress=False,
-                sampling=eval_sampling(cfg), samples_per_task=cfg.eval_samples,
-                **env_server_kwargs(cfg.env_servers))
-            summary.update({"checkpoint": name, "panel": panel, "panel_hash": panel["hash"],
-                            "train_step": trainer.step})
-            if name == "best":
-                summary["best"] = json.loads((out_dir / "best" / "best.json").read_text())
-            path.with_suffix(".summary.json").write_text(json.dumps(summary, indent=2))
-            out[name] = summary
+            for sampling, samples, suffix in decodings:
+                path = folder / f"test-{name}{suffix}.jsonl"
+                summary, _ = evaluate(
+                    cfg.env_id, policy, episodes=cfg.test_episodes, split=cfg.test_split,
+                    out=path, batch_size=64, env_kwargs=cfg.env_kwargs, progress=False,
+                    sampling=sampling, samples_per_task=samples,
+                    **env_server_kwargs(cfg.env_servers))
+                summary.update({"checkpoint": name, "panel": panel, "panel_hash": panel["hash"],
+                                "train_step": trainer.step, "decoding": decoding_of(sampling)})
+                if name == "best":
+                    summary["best"] = json.loads((out_dir / "best" / "best.json").read_text())
+                path.with_name(path.stem + ".summary.json").write_text(json.dumps(summary, indent=2))
+                if not suffix:
+                    out[name] = summary
     finally:
         model.train()
     return out

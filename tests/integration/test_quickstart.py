@@ -47,6 +47,12 @@ def test_quickstart_fast(fast_quickstart):
         rooms = [json.loads(line)["task_id"] for line in (run / "eval" / "test-last.jsonl").read_text().splitlines()]
         sft_rooms = [json.loads(line)["task_id"] for line in (out / "eval_sft.jsonl").read_text().splitlines()]
         assert rooms == sft_rooms
+        # the run's own greedy companion of its reported checkpoint is the table's greedy eval
+        def episodes(path):
+            return [(r["task_id"], [st["response"] for st in r["steps"]])
+                    for r in map(json.loads, path.read_text().splitlines())]
+        checkpoint = result["runs"][algo]["checkpoint"]
+        assert episodes(run / "eval" / f"test-{checkpoint}.greedy.jsonl") == episodes(out / f"eval_{algo}_greedy.jsonl")
         assert result["runs"][algo]["phase"]["steps"] == 2
         assert result["runs"][algo]["checkpoint"] in ("best", "last")
         assert f"{algo.upper()} run (T=0.6)" in proc.stdout and "collapse alarm:" in proc.stdout

@@ -91,6 +91,12 @@ def test_final_test_eval_carries_the_panel(tmp_path):
     assert panel["env_id"] == "arl/Sokoban-v0" and panel["split"] == "test"
     assert len(panel["task_ids"]) == 3 and summary["episodes"] == 3
     assert len((tmp_path / "eval" / "test-last.jsonl").read_text().splitlines()) == 3
+    assert summary["decoding"] == "greedy"
+    # the other decoding beside it (test_both_decodings): the paper's sampling, 4 episodes a room
+    companion = json.loads((tmp_path / "eval" / "test-last.sampled.summary.json").read_text())
+    assert companion["decoding"] == "sampled" and companion["panel_hash"] == panel["hash"]
+    sampled = [json.loads(x) for x in (tmp_path / "eval" / "test-last.sampled.jsonl").read_text().splitlines()]
+    assert [r["task_id"] for r in sampled] == [t for t in panel["task_ids"] for _ in range(4)]
     from arlgym.evaluation.panel import make_panel, panel_hash
 
     assert make_panel("arl/Sokoban-v0", "test", 3, {"max_steps": 2})["hash"] == panel["hash"]
@@ -114,6 +120,10 @@ def test_sampled_evals_follow_the_eval_protocol(tmp_path):
         assert any("eval/success_rate" in r for r in _rows(tmp_path / name))
     assert len(runs[0]) == 6 and [t for t, _ in runs[0]].count(runs[0][0][0]) == 2  # 2 a room
     assert runs[0] == runs[1]                      # seeded: the same draws
+    greedy = [json.loads(x) for x in (tmp_path / "a" / "eval" / "test-last.greedy.jsonl").read_text().splitlines()]
+    assert [r["task_id"] for r in greedy] == [runs[0][i][0] for i in (0, 2, 4)]  # one a room
+    summary = json.loads((tmp_path / "a" / "eval" / "test-last.greedy.summary.json").read_text())
+    assert summary["decoding"] == "greedy" and summary["episodes"] == 3
     first, second = runs[0][0][1], runs[0][1][1]   # the two episodes of one room differ: sampled
     assert first != second
 

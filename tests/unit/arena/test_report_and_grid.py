@@ -171,3 +171,33 @@ def test_one_curve_per_listed_metric(tmp_path):
         assert (folder / "curves" / f"{name}.png").stat().st_size > 1000, name
     html = (folder / "index.html").read_text()
     assert all(f"curves/{name}.png" in html for name in CURVES)
+
+
+def test_both_decodings_and_rollbacks_in_the_table(tmp_path):
+    """A run's own (sampled) test eval and its greedy companion both reach the table, per
+    checkpoint; a run without a companion shows '–'; rollbacks from collapse.json are counted."""
+    for seed, (sampled, greedy) in enumerate(((0.4, 0.7), (0.6, 0.5))):
+        folder = make_run(tmp_path, "grpo", seed, sampled)
+        cfg = json.loads((folder / "config.json").read_text())
+        cfg["config"]["eval_temperature"] = 0.6  # the own eval is the sampled one
+        (folder / "config.json").write_text(json.dumps(cfg))
+        (folder / "eval" / "test-last.greedy.summary.json").write_text(json.dumps(
+            {"overall": {"success_rate": greedy}, "panel_hash": "p" * 16, "decoding": "greedy"}))
+    sampo = make_run(tmp_path, "sampo", 0, 0.5)  # greedy own eval, no sampled companion
+    (sampo / "collapse.json").write_text(json.dumps(
+        {"rollbacks": [{"alarm_at": 9, "to_step": 6, "remedy": "seq_mask"}]}))
+    runs = load_runs([tmp_path])
+    table = build_table(runs)
+    grpo, sampo_row = (r["envs"][ENV] for r in table["rows"])
+    assert grpo["decodings"]["sampled"]["mean"] == pytest.approx(0.5)
+    assert grpo["decodings"]["greedy"]["mean"] == pytest.approx(0.6)
+    assert grpo["decodings"]["greedy"]["se"] == pytest.approx(0.1)
+    assert sampo_row["decodings"]["greedy"]["mean"] == pytest.approx(0.5)
+    assert sampo_row["decodings"]["sampled"]["n"] == 0
+    assert sampo_row["rollbacks"] == [{"seed": 0, "alarm_at": 9, "to_step": 6, "remedy": "seq_mask"}]
+    folder = write_report([tmp_path])
+    lines = (folder / "table.md").read_text().splitlines()
+    assert "Sokoban-v0 greedy %" in lines[0] and "Sokoban-v0 sampled %" in lines[0]
+    assert "| grpo | 60.0 ± 10.0 | 50.0 ± 10.0 |" in lines[2]
+    assert "| sampo | 50.0 | – |" in lines[3] and "1 (s0:9→6 seq_mask)" in lines[3]
+    assert "rolled back at step 9 to step 6 (seq_mask)" in (folder / "index.html").read_text()
