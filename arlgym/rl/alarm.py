@@ -34,6 +34,15 @@ the one transient crash (format validity 0.11 for one step) had its KL spike (1.
 its early level) in that same step, not before — the KL is measured on the broken batch itself.
 Nothing supports it as an early warning here, so it stays out of the rule.
 
+6. **A format crash needs no IS signature.** A run can break in one update: every response
+   malformed at once, so no advantage is left and the IS signal never rises (measured: CISPO at
+   lr 3e-3 from a behaviour-cloned start, format validity 0.67 -> 0.0 in one step, the IS
+   fraction 0.0 throughout, docs/arena.md). When the raw format-valid ratio falls to
+   ``crash_frac`` of its level over the previous ``crash_steps`` steps (that level at least
+   ``crash_min_peak``) and stays there for ``patience`` steps, the alarm fires too; the collapse
+   began with the update before the first broken step (that update made the broken weights).
+   A slow fall (the gradual drift of rule 4 without the IS signature) is not a crash.
+
 Runs shorter than ``min_steps`` are never judged. :class:`CollapseMonitor` runs the same rule
 online, one row at a time, for the trainer.
 
@@ -78,6 +87,9 @@ _DEFAULTS: dict[str, float] = {
     "format_drop": 0.15,
     "success_rel_drop": 0.3,
     "success_abs_drop": 0.1,
+    "crash_frac": 0.5,
+    "crash_steps": 2,
+    "crash_min_peak": 0.5,
 }
 
 
@@ -113,12 +125,14 @@ def detect_collapse(rows: Sequence[Mapping[str, Any]], **thresholds: float) -> d
             ``env/success_rate``).
         **thresholds: override any of ``window``, ``patience``, ``lead``, ``min_steps``,
             ``low_ratio``, ``low_abs``, ``low_level``, ``format_drop``, ``success_rel_drop``,
-            ``success_abs_drop`` (module docstring).
+            ``success_abs_drop``, ``crash_frac``, ``crash_steps``, ``crash_min_peak`` (module
+            docstring).
 
     Returns:
         ``None``, or a dict with ``step`` (where the collapse began), ``detected_at`` (the step
         at which the rule fired), ``reason`` (one line) and ``evidence``: for each signal its
-        reference (peak or floor) and its smoothed value at ``detected_at``.
+        reference (peak or floor) and its smoothed value at ``detected_at``; a format crash
+        (rule 6) has ``kind: "crash"``. When both rules fire, the earlier verdict.
 
     Raises:
         ValueError: an unknown threshold name.
@@ -127,14 +141,45 @@ def detect_collapse(rows: Sequence[Mapping[str, Any]], **thresholds: float) -> d
     if unknown:
         raise ValueError(f"unknown threshold(s) {unknown}; known: {sorted(_DEFAULTS)}")
     th = {**_DEFAULTS, **thresholds}
-    window, patience, lead = int(th["window"]), int(th["patience"]), int(th["lead"])
     rows = [r for r in rows if "step" in r]
-    if len(rows) < max(int(th["min_steps"]), patience):
+    if len(rows) < max(int(th["min_steps"]), int(th["patience"])):
         return None
     low_raw, fmt_raw, suc_raw = (_series(rows, k) for k in (LOW_KEY, FORMAT_KEY, SUCCESS_KEY))
     if low_raw is None or fmt_raw is None:
         return None  # without the IS signal and format validity there is nothing to judge
     suc_raw = suc_raw or [0.0] * len(rows)
+    verdicts = [v for v in (_finding2(rows, low_raw, fmt_raw, suc_raw, th),
+                            _format_crash(rows, fmt_raw, th)) if v is not None]
+    return min(verdicts, key=lambda v: v["detected_at"]) if verdicts else None
+
+
+def _format_crash(rows: Sequence[Mapping[str, Any]], fmt: list[float],
+                  th: Mapping[str, float]) -> dict[str, Any] | None:
+    """Rule 6: an abrupt fall of the raw format-valid ratio that stays (no IS signature needed)."""
+    patience, back = int(th["patience"]), int(th["crash_steps"])
+    for i in range(1, len(rows) - patience + 1):
+        level = max(fmt[max(0, i - back):i])
+        if level < th["crash_min_peak"] or fmt[i] > th["crash_frac"] * level:
+            continue
+        if any(fmt[j] > th["crash_frac"] * level for j in range(i, i + patience)):
+            continue
+        began = max(0, i - 1)
+        at = i + patience - 1
+        return {
+            "step": rows[began]["step"], "detected_at": rows[at]["step"], "kind": "crash",
+            "reason": (f"format validity crashed {level:.2f} -> {fmt[i]:.2f} at step "
+                       f"{rows[i]['step']} and stayed at most {max(fmt[i:at + 1]):.2f} for "
+                       f"{patience} steps (a crash: no IS signature needed)"),
+            "evidence": {FORMAT_KEY: {"level": level, "values": fmt[i:at + 1]},
+                         "crash_frac": th["crash_frac"], "patience": patience},
+        }
+    return None
+
+
+def _finding2(rows: Sequence[Mapping[str, Any]], low_raw: list[float], fmt_raw: list[float],
+              suc_raw: list[float], th: Mapping[str, float]) -> dict[str, Any] | None:
+    """Rules 1-5: the IS signal up, then format and success falling together."""
+    window, patience, lead = int(th["window"]), int(th["patience"]), int(th["lead"])
     low, fmt, suc = (_smooth(s, window) for s in (low_raw, fmt_raw, suc_raw))
     low_ref, fmt_peak, suc_peak = low[0], fmt[0], suc[0]
     up: list[bool] = []

@@ -62,6 +62,9 @@ class Snapshot:
     scheduler: dict[str, Any]
     rng: tuple[Any, Any, torch.Tensor]
     source: dict[str, Any]
+    #: ``halve_lr`` remedies in effect when it was taken (its scheduler state carries them, so
+    #: restoring an older snapshot must apply the later halvings again)
+    halvings: int = 0
 
 
 def take_snapshot(trainer: Any) -> Snapshot:
@@ -153,14 +156,19 @@ class Rollback(TrainerCallback):
                 if name != "halve_lr":  # the optimizer and scheduler state carry that one
                     REMEDIES[name](trainer)
                 self.applied.append(name)
-        self.snapshots = [take_snapshot(trainer)]
+        self.snapshots = [self._snapshot(trainer)]
+
+    def _snapshot(self, trainer: Any) -> Snapshot:
+        snap = take_snapshot(trainer)
+        snap.halvings = self.applied.count("halve_lr")
+        return snap
 
     def checkpoint_files(self, trainer: Any) -> dict[str, Any]:
         return {"rollback.json": {"rollbacks": self.rollbacks, "applied": self.applied}}
 
     def on_evaluate(self, trainer: Any, metrics: dict[str, float]) -> None:
         if self.best is None or metrics[M.EVAL_SUCCESS] > self.best[0]:
-            self.best = (metrics[M.EVAL_SUCCESS], take_snapshot(trainer))
+            self.best = (metrics[M.EVAL_SUCCESS], self._snapshot(trainer))
 
     def on_step_end(self, trainer: Any, metrics: dict[str, float]) -> None:
         metrics[M.ALARM_ROLLBACKS] = float(self.rollbacks)
@@ -169,7 +177,7 @@ class Rollback(TrainerCallback):
         verdict = self.alarm.monitor.fired
         if verdict is None:
             if trainer.step % self.every == 0:
-                self.snapshots = [*self.snapshots, take_snapshot(trainer)][-KEEP:]
+                self.snapshots = [*self.snapshots, self._snapshot(trainer)][-KEEP:]
             return
         kept = sorted([*self.snapshots, *([self.best[1]] if self.best else [])],
                       key=lambda x: x.step)
@@ -177,6 +185,8 @@ class Rollback(TrainerCallback):
         snap = before[-1] if before else kept[0]
         at = trainer.step
         restore_snapshot(trainer, snap)
+        for _ in range(self.applied.count("halve_lr") - snap.halvings):
+            _halve_lr(trainer)  # the remedies applied since the snapshot stay applied
         trainer.checkpointer.drop_after(snap.step)
         self._move_rows(trainer, snap.step)
         self.alarm.reset([r for r in self.alarm.monitor.rows if r.get(M.STEP, 0) <= snap.step])

@@ -201,3 +201,31 @@ def test_a_degrading_validation_eval_rolls_back_to_the_best_evals_policy(tmp_pat
     rows = _rows(tmp_path)
     assert [r[M.STEP] for r in rows] == [1, 2, 3, 4, 5, 6]
     assert [r[M.EVAL_SUCCESS] for r in rows] == [0.5, 0.8, 0.8, 0.8, 0.8, 0.8]
+
+
+def test_a_real_one_update_crash_rolls_back_unforced(tmp_path):
+    """No forced verdict: CISPO at lr 3e-3 from the behaviour-cloned start breaks every
+    response in its first update with no IS signature (tests/unit/arena/data/crash_run.jsonl is
+    this run's log). The format-crash rule fires, the run goes back to the snapshot from before
+    the breaking update (step 0) with the remedy, and trains on to its budget."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_trainer_pinned import _flags, clone_tiny
+
+    model = clone_tiny(tmp_path / "cloned")
+    flags = _flags(model, tmp_path / "run", "--algo", "cispo", "--lr", "3e-3", "--max_steps", "8",
+                   "--save_steps", "0", "--on_collapse", "rollback", "--rollback_remedy", "halve_lr",
+                   "--max_rollbacks", "3")
+    history = Trainer(parse_train_config(flags)).train()
+    record = json.loads((tmp_path / "run" / "collapse.json").read_text())
+    first = record["rollbacks"][0]
+    assert first["to_step"] == 0 and first["remedy"] == "halve_lr" and first["alarm_at"] == 6
+    assert history[-1][M.ALARM_ROLLBACKS] >= 1
+    assert (tmp_path / "run" / "rolled_back.jsonl").exists()
+    # a rollback to a snapshot from before earlier halvings keeps them: the remedies compound
+    halved = [float(x["did"].rsplit(" ", 1)[1]) for x in record["rollbacks"] if x.get("remedy")]
+    assert halved == pytest.approx([3e-3 / 2 ** (k + 1) for k in range(len(halved))])
+    steps = [r["step"] for r in _rows(tmp_path / "run")]
+    assert steps == sorted(set(steps))  # one row a step after the rollback(s)

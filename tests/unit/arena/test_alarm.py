@@ -117,3 +117,30 @@ def test_a_one_step_crash_of_an_async_run_is_not_a_collapse_and_mismatch_kl_does
     crash = min(s for s, v in fmt.items() if v < 0.5)
     spike = min(s for s, v in kl.items() if v > 2 * max(kl[s2] for s2 in kl if s2 <= 3) + 0.01)
     assert crash == spike == 5
+
+
+def test_a_format_crash_without_the_is_signature_fires():
+    """A real run broken in one update (tests/unit/arena/data/README.md): no IS signal at all,
+    so only the crash rule can see it; it dates the collapse to the update before the crash."""
+    rows = [json.loads(line) for line in (DATA / "crash_run.jsonl").read_text().splitlines()]
+    assert all(r[LOW_KEY] == 0.0 for r in rows)
+    verdict = detect_collapse(rows)
+    assert verdict is not None and verdict["kind"] == "crash"
+    assert verdict["step"] == 1 and verdict["detected_at"] == 4  # online: at step 6 (min_steps)
+    assert detect_collapse(rows, crash_min_peak=2.0) is None  # the crash rule off: the old miss
+
+
+def test_a_transient_or_slow_fall_is_not_a_crash():
+    n = 20
+    flat_low = [0.01] * n
+    one_step = [0.9] * n
+    one_step[8] = 0.0  # one broken batch, then back
+    assert detect_collapse(_rows(flat_low, one_step, [0.5] * n)) is None
+    two_steps = [0.9] * n
+    two_steps[8] = two_steps[9] = 0.05  # shorter than patience (3)
+    assert detect_collapse(_rows(flat_low, two_steps, [0.5] * n)) is None
+    stays = [0.9] * 8 + [0.05] * (n - 8)
+    verdict = detect_collapse(_rows(flat_low, stays, [0.5] * 8 + [0.0] * (n - 8)))
+    assert verdict["kind"] == "crash" and verdict["step"] == 8 and verdict["detected_at"] == 11
+    low_start = [0.3] * 8 + [0.0] * (n - 8)  # never had the format: nothing to crash from
+    assert detect_collapse(_rows(flat_low, low_start, [0.0] * n)) is None
