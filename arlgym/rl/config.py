@@ -93,6 +93,12 @@ class TrainConfig:
                                "the run on the newest snapshot from before that collapse.")
     snapshot_steps: int = _f(2, "on_collapse rollback: an in-memory snapshot (model, optimizer, "
                                 "scheduler, RNG, task stream) every N steps; the newest 4 kept.")
+    rollback_from: str = _f("memory", "on_collapse rollback: where the states to go back to "
+                                      "live: memory (the snapshots of snapshot_steps, ~12 bytes "
+                                      "a parameter each, in CPU memory) | checkpoints (the run's "
+                                      "own checkpoints on disk, no extra memory: for models too "
+                                      "big to copy; needs save_steps, and save_total_limit 0 or "
+                                      ">= 8; the default -1 then keeps 8).")
     degradation_alarm: bool = _f(False, "Also fire the alarm when the periodic eval's success "
                                         "falls well below its peak with the format intact "
                                         "(arlgym.rl.alarm.detect_degradation; needs eval_steps "
@@ -236,6 +242,8 @@ class TrainConfig:
         saved before a collapse began."""
         if self.save_total_limit >= 0:
             return self.save_total_limit
+        if self.on_collapse == "rollback" and self.rollback_from == "checkpoints":
+            return ROLLBACK_CHECKPOINTS
         return 0 if self.stop_on_collapse or self.on_collapse == "stop" else 1
 
     def __post_init__(self) -> None:
@@ -333,9 +341,28 @@ class TrainConfig:
             raise ConfigError("on_collapse rollback restores the learner in place; async "
                               "rollout workers would keep sampling the abandoned versions. Fix: "
                               "--on_collapse stop with async_rollouts, or async_rollouts false")
+        if self.rollback_from not in ROLLBACK_FROM:
+            raise ConfigError(f"rollback_from={self.rollback_from!r} is unknown: expected one of "
+                              f"{', '.join(ROLLBACK_FROM)}. Fix: --rollback_from checkpoints")
+        if self.on_collapse == "rollback" and self.rollback_from == "checkpoints":
+            if self.save_steps <= 0:
+                raise ConfigError("rollback_from checkpoints goes back to the run's checkpoints, "
+                                  "and save_steps 0 writes none before the end. Fix: --save_steps 1")
+            if 0 < self.save_total_limit < ROLLBACK_CHECKPOINTS:
+                raise ConfigError(f"rollback_from checkpoints: save_total_limit "
+                                  f"{self.save_total_limit} keeps too few to reach back before a "
+                                  f"collapse the alarm judges a few steps late. Fix: "
+                                  f"--save_total_limit {ROLLBACK_CHECKPOINTS} (or 0: all, or -1: auto)")
         if self.degradation_alarm and (self.eval_steps <= 0 or self.eval_split == "test"):
             raise ConfigError("degradation_alarm reads the periodic eval, which must not be the "
                               "test panel: set eval_steps > 0 and eval_split val")
+
+
+#: where a rollback's states come from (``rollback_from``)
+ROLLBACK_FROM = ("memory", "checkpoints")
+#: checkpoints kept by default with ``rollback_from checkpoints`` (the reach of the in-memory
+#: snapshots, 4 every 2 steps: enough to reach back before a collapse judged late)
+ROLLBACK_CHECKPOINTS = 8
 
 
 #: Ranges of the numeric fields, checked (with the types) before anything else happens.

@@ -13,6 +13,12 @@ back to the oldest one kept. Measured on the tiny model (0.83M parameters, one C
 thread): 10 MB and 7 ms a snapshot, against 1.5 s a training step; for a model of P
 parameters under AdamW a snapshot is ~3·P floats (weights and two moments).
 
+With ``rollback_from: checkpoints`` the states are the run's own checkpoints on disk instead
+(a step-0 checkpoint is written at the start, ``save_total_limit`` keeps 8 by default): no
+memory beyond the model's, for models too big to copy every few steps — the cost is a save per
+``save_steps`` (which a long GPU run pays anyway to survive a kill) and a load per rollback. A
+degradation verdict then reaches back as far as the kept checkpoints do.
+
 A rollback deletes the checkpoints of the abandoned steps, and each checkpoint carries
 ``rollback.json`` (rollbacks so far, remedies applied), so ``--resume`` continues the same run:
 the remedies that live in the optimizer/scheduler state (``halve_lr``) come back with it, the
@@ -133,11 +139,13 @@ class Rollback(TrainerCallback):
         remedy: a :data:`REMEDIES` name.
         max_rollbacks: rollbacks allowed; the next alarm stops the run.
         every: snapshot every N steps.
+        storage: ``memory`` (snapshots) or ``checkpoints`` (the run's checkpoints on disk).
     """
 
     def __init__(self, alarm: CollapseAlarm, remedy: str = "halve_lr", max_rollbacks: int = 2,
-                 every: int = 2) -> None:
+                 every: int = 2, storage: str = "memory") -> None:
         self.alarm, self.remedy, self.max_rollbacks, self.every = alarm, remedy, max_rollbacks, every
+        self.on_disk = storage == "checkpoints"
         self.snapshots: list[Snapshot] = []
         self.best: tuple[float, Snapshot] | None = None  # the best periodic eval's
         self.rollbacks = 0
@@ -156,7 +164,10 @@ class Rollback(TrainerCallback):
                 if name != "halve_lr":  # the optimizer and scheduler state carry that one
                     REMEDIES[name](trainer)
                 self.applied.append(name)
-        self.snapshots = [self._snapshot(trainer)]
+        if not self.on_disk:
+            self.snapshots = [self._snapshot(trainer)]
+        elif trainer.checkpointer.newest_before(trainer.step + 1) is None:
+            trainer.save_checkpoint()  # a state to go back to before the first update
 
     def _snapshot(self, trainer: Any) -> Snapshot:
         snap = take_snapshot(trainer)
@@ -167,7 +178,7 @@ class Rollback(TrainerCallback):
         return {"rollback.json": {"rollbacks": self.rollbacks, "applied": self.applied}}
 
     def on_evaluate(self, trainer: Any, metrics: dict[str, float]) -> None:
-        if self.best is None or metrics[M.EVAL_SUCCESS] > self.best[0]:
+        if not self.on_disk and (self.best is None or metrics[M.EVAL_SUCCESS] > self.best[0]):
             self.best = (metrics[M.EVAL_SUCCESS], self._snapshot(trainer))
 
     def on_step_end(self, trainer: Any, metrics: dict[str, float]) -> None:
@@ -176,36 +187,55 @@ class Rollback(TrainerCallback):
     def on_log(self, trainer: Any, metrics: dict[str, float]) -> None:
         verdict = self.alarm.monitor.fired
         if verdict is None:
-            if trainer.step % self.every == 0:
+            if not self.on_disk and trainer.step % self.every == 0:
                 self.snapshots = [*self.snapshots, self._snapshot(trainer)][-KEEP:]
             return
-        kept = sorted([*self.snapshots, *([self.best[1]] if self.best else [])],
-                      key=lambda x: x.step)
-        before = [x for x in kept if x.step < verdict["step"]]
-        snap = before[-1] if before else kept[0]
         at = trainer.step
-        restore_snapshot(trainer, snap)
-        for _ in range(self.applied.count("halve_lr") - snap.halvings):
-            _halve_lr(trainer)  # the remedies applied since the snapshot stay applied
-        trainer.checkpointer.drop_after(snap.step)
-        self._move_rows(trainer, snap.step)
-        self.alarm.reset([r for r in self.alarm.monitor.rows if r.get(M.STEP, 0) <= snap.step])
-        self.snapshots = [x for x in self.snapshots if x.step <= snap.step] or [snap]
-        if self.best is not None and self.best[1].step > snap.step:
-            self.best = None
+        to, halvings = (self._load_checkpoint(trainer, verdict["step"]) if self.on_disk
+                        else self._restore_snapshot(trainer, verdict["step"]))
+        for _ in range(self.applied.count("halve_lr") - halvings):
+            _halve_lr(trainer)  # the remedies applied since that state stay applied
+        trainer.checkpointer.drop_after(to)
+        self._move_rows(trainer, to)
+        self.alarm.reset([r for r in self.alarm.monitor.rows if r.get(M.STEP, 0) <= to])
         if self.rollbacks >= self.max_rollbacks:
             trainer.control.should_stop = True
-            self._record(trainer, {"alarm_at": at, "to_step": snap.step, "remedy": None,
+            self._record(trainer, {"alarm_at": at, "to_step": to, "remedy": None,
                                    "stopped": True})
             return
         self.rollbacks += 1
         did = REMEDIES[self.remedy](trainer)
         self.applied.append(self.remedy)
-        self._record(trainer, {"alarm_at": at, "to_step": snap.step, "remedy": self.remedy,
+        self._record(trainer, {"alarm_at": at, "to_step": to, "remedy": self.remedy,
                                "did": did})
         if trainer.accelerator.is_main_process:
             warnings.warn(f"rollback {self.rollbacks}/{self.max_rollbacks}: back to step "
-                          f"{snap.step} (alarm at step {at}); {did}", stacklevel=2)
+                          f"{to} (alarm at step {at}); {did}", stacklevel=2)
+
+    def _restore_snapshot(self, trainer: Any, before: int) -> tuple[int, int]:
+        """The newest snapshot from before step ``before`` (else the oldest kept), restored:
+        (its step, the halvings it carries)."""
+        kept = sorted([*self.snapshots, *([self.best[1]] if self.best else [])],
+                      key=lambda x: x.step)
+        earlier = [x for x in kept if x.step < before]
+        snap = earlier[-1] if earlier else kept[0]
+        restore_snapshot(trainer, snap)
+        self.snapshots = [x for x in self.snapshots if x.step <= snap.step] or [snap]
+        if self.best is not None and self.best[1].step > snap.step:
+            self.best = None
+        return snap.step, snap.halvings
+
+    @staticmethod
+    def _load_checkpoint(trainer: Any, before: int) -> tuple[int, int]:
+        """The newest checkpoint from before step ``before`` (else the oldest kept), loaded as
+        ``--resume`` loads one: (its step, the halvings its scheduler state carries)."""
+        ckpt = trainer.checkpointer
+        path = ckpt.newest_before(before) or ckpt.list()[0]
+        trainer.step = ckpt.load(path, trainer.source)
+        trainer._sync_rollout_weights()
+        saved = path / "rollback.json"
+        applied = json.loads(saved.read_text())["applied"] if saved.exists() else []
+        return trainer.step, applied.count("halve_lr")
 
     @staticmethod
     def _move_rows(trainer: Any, step: int) -> None:

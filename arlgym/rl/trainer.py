@@ -171,7 +171,8 @@ def default_callbacks(cfg: TrainConfig) -> list[TrainerCallback]:
         out.append(alarm)
     out.append(MetricsLog())
     if alarm is not None and cfg.on_collapse == "rollback":
-        out.append(Rollback(alarm, cfg.rollback_remedy, cfg.max_rollbacks, cfg.snapshot_steps))
+        out.append(Rollback(alarm, cfg.rollback_remedy, cfg.max_rollbacks, cfg.snapshot_steps,
+                            cfg.rollback_from))
     return out
 
 

@@ -65,11 +65,16 @@ def _same(row_a, row_b, but=()):
             == {k: v for k, v in row_b.items() if not skip(k)})
 
 
+#: where the states to go back to live: in-memory snapshots, or the run's checkpoints on disk
+STORAGE = {"memory": [], "checkpoints": ["--rollback_from", "checkpoints", "--save_steps", "1"]}
+
+
+@pytest.mark.parametrize("storage", STORAGE)
 def test_rollback_restores_the_snapshot_before_the_collapse_and_trains_to_the_budget(
-        tmp_path, monkeypatch):
+        tmp_path, monkeypatch, storage):
     monkeypatch.setattr(alarm, "detect_collapse", _fire_once(at=4, began=3))
     cfg = _cfg(tmp_path, "--max_steps", "6", "--on_collapse", "rollback",
-               "--snapshot_steps", "2", "--rollback_remedy", "halve_lr")
+               "--snapshot_steps", "2", "--rollback_remedy", "halve_lr", *STORAGE[storage])
     with pytest.warns(UserWarning, match="rollback 1/2: back to step 2"):
         history = Trainer(cfg).train()
     # steps 3 and 4 were played, abandoned at the alarm (step 4), and played again from step 2
@@ -114,15 +119,28 @@ def test_rollbacks_are_bounded_and_the_last_alarm_stops_on_the_snapshot(tmp_path
     assert all(torch.equal(final[k], snaps[2][k]) for k in final)  # the snapshot of step 2
 
 
-def test_a_healthy_run_with_rollback_equals_the_warn_run(tmp_path):
+@pytest.mark.parametrize("storage", STORAGE)
+def test_a_healthy_run_with_rollback_equals_the_warn_run(tmp_path, storage):
     warn = Trainer(_cfg(tmp_path / "warn", "--max_steps", "4")).train()
     roll = Trainer(_cfg(tmp_path / "roll", "--max_steps", "4", "--on_collapse", "rollback",
-                        "--snapshot_steps", "1")).train()
+                        "--snapshot_steps", "1", *STORAGE[storage])).train()
     assert all(r[M.ALARM_ROLLBACKS] == 0 for r in roll)
     assert all(_same(a, b, but=(M.ALARM_ROLLBACKS,)) for a, b in zip(warn, roll, strict=True))
     wa = load_file(tmp_path / "warn" / "final" / "model.safetensors")
     wb = load_file(tmp_path / "roll" / "final" / "model.safetensors")
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+def test_rollback_from_checkpoints_settings(tmp_path):
+    cfg = _cfg(tmp_path, "--on_collapse", "rollback", "--rollback_from", "checkpoints")
+    assert cfg.checkpoints_kept == 8  # auto: enough to reach back before a collapse
+    with pytest.raises(ConfigError, match="save_steps 0 writes none"):
+        _cfg(tmp_path, "--on_collapse", "rollback", "--rollback_from", "checkpoints", "--save_steps", "0")
+    with pytest.raises(ConfigError, match="save_total_limit 4 keeps too few"):
+        _cfg(tmp_path, "--on_collapse", "rollback", "--rollback_from", "checkpoints",
+             "--save_total_limit", "4")
+    with pytest.raises(ConfigError, match="rollback_from='disk' is unknown"):
+        _cfg(tmp_path, "--on_collapse", "rollback", "--rollback_from", "disk")
 
 
 def test_on_collapse_settings(tmp_path):
@@ -215,9 +233,10 @@ def test_a_real_one_update_crash_rolls_back_unforced(tmp_path):
     from test_trainer_pinned import _flags, clone_tiny
 
     model = clone_tiny(tmp_path / "cloned")
+    # on disk: the state before the first update is the step-0 checkpoint the rollback writes
     flags = _flags(model, tmp_path / "run", "--algo", "cispo", "--lr", "3e-3", "--max_steps", "8",
-                   "--save_steps", "0", "--on_collapse", "rollback", "--rollback_remedy", "halve_lr",
-                   "--max_rollbacks", "3")
+                   "--save_steps", "1", "--on_collapse", "rollback", "--rollback_remedy", "halve_lr",
+                   "--max_rollbacks", "3", "--rollback_from", "checkpoints")
     history = Trainer(parse_train_config(flags)).train()
     record = json.loads((tmp_path / "run" / "collapse.json").read_text())
     first = record["rollbacks"][0]
