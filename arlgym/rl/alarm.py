@@ -17,7 +17,8 @@ The rule (every threshold is a keyword of :func:`detect_collapse`):
    floor + low_abs)`` — or simply stands at ``low_level`` or more (a run whose very first
    updates already push 5% of the tokens below the band has no healthy floor to climb from;
    healthy runs in the paper, and here, stay well below 1%).
-4. The agent is *falling* at a step when format validity is ``format_drop`` below its peak and
+4. The agent is *falling* at a step when format validity (smoothed, and the step's own) is
+   ``format_drop`` below its peak and
    success is ``success_rel_drop`` (relative) and ``success_abs_drop`` (absolute) below its
    peak — or the run never succeeded (peak below ``success_abs_drop``), in which case success
    cannot fall and format decides.
@@ -194,7 +195,9 @@ def _finding2(rows: Sequence[Mapping[str, Any]], low_raw: list[float], fmt_raw: 
         low_threshold = min(max(th["low_ratio"] * low_ref, low_ref + th["low_abs"]), th["low_level"])
         up.append(i >= 1 and low[i] >= low_threshold)
         floors.append(low_ref)
-        fmt_down = fmt[i] <= fmt_peak - th["format_drop"]
+        # the step itself must be down too: a one-step crash keeps the trailing mean down for
+        # ``window`` steps, which alone would pass for a sustained fall
+        fmt_down = fmt[i] <= fmt_peak - th["format_drop"] and fmt_raw[i] <= fmt_peak - th["format_drop"]
         if suc_peak < th["success_abs_drop"]:
             suc_down = True
         else:

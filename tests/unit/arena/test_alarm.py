@@ -144,3 +144,11 @@ def test_a_transient_or_slow_fall_is_not_a_crash():
     assert verdict["kind"] == "crash" and verdict["step"] == 8 and verdict["detected_at"] == 11
     low_start = [0.3] * 8 + [0.0] * (n - 8)  # never had the format: nothing to crash from
     assert detect_collapse(_rows(flat_low, low_start, [0.0] * n)) is None
+
+
+def test_one_broken_batch_inside_the_smoothing_window_is_not_a_collapse():
+    """A real run (tests/unit/arena/data/README.md): the IS signal is up and one batch breaks,
+    which keeps the 3-step trailing format mean down for 3 steps; the run itself is fine."""
+    rows = [json.loads(line) for line in (DATA / "transient_is_run.jsonl").read_text().splitlines()]
+    assert min(r[FORMAT_KEY] for r in rows) < 0.3 and rows[-1][FORMAT_KEY] > 0.85
+    assert detect_collapse(rows) is None
