@@ -3,9 +3,9 @@
 From the CPU arena's weak start (experiments/arena_cpu.py: 2,000 expert rooms, 250 SFT steps),
 at the arena's recipe (lr 5e-4, 12 steps of 8 rooms x 4, PPO mini-batches of 64):
 
-1. **Collapse-prone**: CISPO (it collapsed on every seed of the CPU arena) with
-   ``on_collapse warn`` and with ``on_collapse rollback`` (remedy ``seq_mask``: CISPO's
-   sequence-masked variant, the arena's own recovery), seeds 0-4, a greedy val eval every 2 steps.
+1. **Collapse-prone**: CISPO (tolerant clipping) at a high learning rate (``--collapse-lr``,
+   2e-3) with ``on_collapse warn`` and with ``on_collapse rollback`` (remedy ``halve_lr``, up to
+   3 rollbacks, each halving again), seeds 0-4, a greedy val eval every 2 steps.
 2. **Healthy presets**: GRPO and SAMPO with ``on_collapse rollback`` and the degradation alarm,
    seeds 0-4: every rollback there is a false alarm.
 3. **Analysis**: per collapsed run the pre-collapse validation peak against the final greedy test
@@ -43,12 +43,12 @@ SIGNALS = {M.IS_LOW_NEG: +1, M.GRAD_NORM: +1, M.ENTROPY: -1, M.CLIP_LOW: +1, M.C
 FORMAT_DROP = 0.15  # the collapse alarm's fall: format validity this far below its peak
 
 
-def base_config(sft_dir: Path, steps: int, val: int, test: int) -> dict[str, Any]:
+def base_config(sft_dir: Path, steps: int, val: int, test: int, lr: float = 5e-4) -> dict[str, Any]:
     """The CPU arena's recipe (configs/arena/sokoban-tiny-cpu.yaml) with a val eval every 2 steps,
     so that a pre-collapse peak exists and the degradation alarm has evals to read."""
     return {
         "env_id": "arl/Sokoban-v0", "model": str(sft_dir.resolve()), "num_tasks": 8,
-        "group_size": 4, "max_new_tokens": 24, "temperature": 1.0, "lr": 5e-4,
+        "group_size": 4, "max_new_tokens": 24, "temperature": 1.0, "lr": lr,
         "mini_batch_size": 64, "max_steps": steps, "cold_start_steps": 2,
         "micro_batch_tokens": 8192, "generation_batch_size": 64, "log_with": "none",
         "save_steps": 1, "save_total_limit": 3, "eval_steps": 2, "eval_split": "val",
@@ -212,6 +212,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--val", type=int, default=40, help="val rooms of the periodic eval")
     ap.add_argument("--test", type=int, default=100, help="test rooms of the final greedy eval")
     ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--collapse-lr", type=float, default=2e-3,
+                    help="CISPO's learning rate in the collapse-prone grid (the healthy grid: 5e-4)")
     ap.add_argument("--stage", choices=("all", "collapse", "healthy", "analyse"), default="all")
     args = ap.parse_args(argv)
 
@@ -227,9 +229,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         sft_dir, start = weak_start(out, 2000, 250, 0, args.test)
         print(f"weak start: {start['success_rate']:.1%} greedy on {args.test} test rooms")
         base = base_config(sft_dir, args.steps, args.val, args.test)
-        rollback = {"on_collapse": "rollback", "rollback_remedy": "seq_mask"}
+        rollback = {"on_collapse": "rollback", "rollback_remedy": "halve_lr", "max_rollbacks": 3}
         if args.stage in ("all", "collapse"):
-            run_grid(ArenaSpec(out=str(out / "grid"), algos=["cispo"], seeds=seeds, base=base,
+            prone = base_config(sft_dir, args.steps, args.val, args.test, lr=args.collapse_lr)
+            run_grid(ArenaSpec(out=str(out / "grid"), algos=["cispo"], seeds=seeds, base=prone,
                                overrides={"warn": {"on_collapse": "warn"}, "rollback": rollback}),
                      jobs=args.jobs)
         if args.stage in ("all", "healthy"):
