@@ -1,8 +1,9 @@
 """The held-out count: by content, on the real envs; an id that holds a panel task's content
 under another name is counted, and a run's training draws count 0."""
 
-import pytest
+import gymnasium as gym
 
+import arlgym  # noqa: F401
 from arlgym.envs.content import TaskContent
 from arlgym.evaluation.held_out import (
     default_panels,
@@ -16,8 +17,10 @@ PANEL = 50
 
 def _train_draws(content: TaskContent, n: int) -> list[str]:
     """Task ids of ``n`` training resets, as a run draws them."""
-    env = content._env
-    return [env.reset(seed=s, options={"split": "train"})[1]["task_id"] for s in range(n)]
+    env = gym.make(content.env_id)
+    ids = [env.reset(seed=s, options={"split": "train"})[1]["task_id"] for s in range(n)]
+    env.close()
+    return ids
 
 
 def test_sokoban_counts_a_panel_puzzle_reached_from_a_train_seed():
@@ -52,7 +55,9 @@ def test_tir_counts_a_repeated_question_under_another_seed():
             {"test": {"tasks": PANEL, "trained_on": 0}}
 
 
-def test_webshop_keys_goals_by_request_and_the_browser_env_by_its_text_twin():
+def test_webshop_keys_goals_by_request_and_the_browser_env_by_its_text_twin(tmp_path,
+                                                                           monkeypatch):
+    monkeypatch.setenv("ARLGYM_CACHE_DIR", str(tmp_path))  # the search index, not in ~/.cache
     with TaskContent("arl/WebShopBrowser-v0", {"page_timeout": 5.0}) as content:
         assert content.env_id == "arl/WebShop-v0"  # no browser is started to key goals
         panel = content.panel("val", PANEL)
@@ -61,8 +66,9 @@ def test_webshop_keys_goals_by_request_and_the_browser_env_by_its_text_twin():
             {"test": {"tasks": PANEL, "trained_on": 0}, "val": {"tasks": PANEL, "trained_on": 2}}
 
 
-@pytest.mark.slow
-def test_alfworld_panels_are_its_eval_splits_and_keys_come_from_the_game_files():
+def test_alfworld_panels_are_its_eval_splits_and_keys_come_from_the_game_files(tmp_path,
+                                                                            monkeypatch):
+    monkeypatch.setenv("ARLGYM_CACHE", str(tmp_path))  # games generated here, not in ~/.cache
     kwargs = {"data_source": "generated"}
     with TaskContent("arl/ALFWorld-v0", kwargs) as content:
         assert content.held_out_splits == ("eval_in_distribution", "eval_out_of_distribution")
