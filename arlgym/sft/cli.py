@@ -26,8 +26,8 @@ def _default_out(env_id: str, policy: str, split: str) -> Path:
 
 
 def _cmd_collect(args: argparse.Namespace) -> int:
-    from arlgym.policies.spec import check_policy_spec
     from arlgym.evaluation.held_out import format_held_out
+    from arlgym.policies.spec import check_policy_spec
     from arlgym.sft.collect import CollectConfig, collect_sft
 
     check_policy_spec("--policy", args.policy, "arlgym-sft collect")
