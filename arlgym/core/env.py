@@ -151,6 +151,9 @@ class AgentEnv(gym.Env[Any, str]):
     #: ``reset(options=...)`` keys an env understands besides ``task_id`` and ``split``; any
     #: other key is refused (a misspelt ``taskid`` would otherwise be ignored silently)
     reset_option_keys: ClassVar[tuple[str, ...]] = ()
+    #: The splits held out from training, whose panels (``list_tasks``) no training run may
+    #: play (:mod:`arlgym.envs.content` counts it)
+    held_out_splits: ClassVar[tuple[str, ...]] = ("test", "val")
 
     def __init__(
         self,
@@ -375,3 +378,11 @@ class AgentEnv(gym.Env[Any, str]):
         Each id can be played with ``reset(options={"task_id": id})``. Envs override this.
         """
         raise NotImplementedError(f"{type(self).__name__} does not enumerate its tasks")
+
+    def task_content_key(self, task_id: str) -> str:
+        """What makes task ``task_id`` the same task as another id's: two ids with one key are
+        one task to a learner (the same puzzle, question or request drawn twice). Held-out
+        panels are compared with training by this key, not by id. Envs whose ids can repeat
+        content override it; by default the id is the content.
+        """
+        return task_id

@@ -2,7 +2,8 @@
 
 TRL's (and Transformers') callback idea: the trainer calls every callback at fixed points —
 ``on_train_begin``, ``on_evaluate`` (after a periodic eval, its numbers in the row),
-``on_step_end`` (the step's row is complete but not yet logged; a callback may add to it),
+``on_rollout`` (a step's trajectories are rolled, every one, kept by dynamic sampling or
+not), ``on_step_end`` (the step's row is complete but not yet logged; a callback may add to it),
 ``on_log`` (the row is final), ``on_save`` (a checkpoint was written) and ``on_train_end``
 (before ``final/`` is saved) — and a callback that wants the run to end sets
 ``trainer.control.should_stop``. A callback with state of its own puts it into every
@@ -13,7 +14,9 @@ checkpoint (``checkpoint_files``) and reads it back at ``on_train_begin`` of a r
 * :class:`CollapseAlarm` — the online collapse alarm (:mod:`arlgym.rl.alarm`): the
   ``alarm/collapse`` metric, a warning and ``collapse.json``; with ``on_collapse stop`` it ends
   the run and leaves ``final/`` at the newest checkpoint from before the collapse began;
-* :class:`~arlgym.rl.rollback.Rollback` — ``on_collapse rollback``.
+* :class:`~arlgym.rl.rollback.Rollback` — ``on_collapse rollback``;
+* :class:`HeldOutTasks` — always: the task ids the rollouts played, and at the end how many
+  tasks of the eval and test panels they share content with (``held_out.json``; must be 0).
 """
 
 from __future__ import annotations
@@ -25,11 +28,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from arlgym.evaluation.held_out import PANEL_SIZE, format_held_out, held_out_report
 from arlgym.rl import metrics as M
 from arlgym.rl.alarm import CollapseMonitor
 
 __all__ = ["Control", "TrainerCallback", "CallbackList", "MetricsLog", "SaveBest",
-           "CollapseAlarm"]
+           "CollapseAlarm", "HeldOutTasks"]
 
 
 @dataclass
@@ -44,6 +48,8 @@ class TrainerCallback:
     the :class:`~arlgym.rl.trainer.Trainer`; ``metrics`` the step's row."""
 
     def on_train_begin(self, trainer: Any) -> None: ...
+
+    def on_rollout(self, trainer: Any, trajectories: list[Any]) -> None: ...
 
     def on_evaluate(self, trainer: Any, metrics: dict[str, float]) -> None: ...
 
@@ -69,6 +75,10 @@ class CallbackList(TrainerCallback):
     def on_train_begin(self, trainer: Any) -> None:
         for cb in self.callbacks:
             cb.on_train_begin(trainer)
+
+    def on_rollout(self, trainer: Any, trajectories: list[Any]) -> None:
+        for cb in self.callbacks:
+            cb.on_rollout(trainer, trajectories)
 
     def on_evaluate(self, trainer: Any, metrics: dict[str, float]) -> None:
         for cb in self.callbacks:
@@ -196,3 +206,56 @@ class CollapseAlarm(TrainerCallback):
             record["stopped"] = True
             record["final_from_step"] = trainer.step if healthy is not None else None
             (trainer.out / "collapse.json").write_text(json.dumps(record, indent=2))
+
+
+class HeldOutTasks(TrainerCallback):
+    """The task ids the run's rollouts played (a set: per step only the ids are kept), and at
+    the end how many tasks of the periodic eval panel (``eval_split``, ``eval_episodes``) and
+    of the final test panel (``test_split``, ``test_episodes`` or
+    :data:`~arlgym.evaluation.held_out.PANEL_SIZE`) share their content with one of them
+    (:func:`~arlgym.evaluation.held_out.held_out_report`): printed and written to
+    ``held_out.json`` (main process). Must be 0: the rollouts draw from ``train``, whose
+    content the env keeps apart from the held-out splits.
+
+    The ids travel in every checkpoint (``held_out_tasks.json``), so a resumed run counts the
+    steps before its resume; steps a rollback abandons stay counted (they were played).
+    """
+
+    FILE = "held_out_tasks.json"
+
+    def __init__(self) -> None:
+        self.task_ids: set[str] = set()
+
+    def on_train_begin(self, trainer: Any) -> None:
+        state = trainer.checkpointer.path(trainer.step) / self.FILE
+        if trainer.cfg.resume and state.exists():
+            self.task_ids = set(json.loads(state.read_text())["task_ids"])
+
+    def on_rollout(self, trainer: Any, trajectories: list[Any]) -> None:
+        self.task_ids.update(t.task_id for t in trajectories)
+
+    def _all_ranks(self, trainer: Any) -> set[str]:
+        """The ids of every rank (a collective: every rank calls it)."""
+        if trainer.accelerator.num_processes == 1:
+            return self.task_ids
+        from accelerate.utils import gather_object
+
+        return set(gather_object(sorted(self.task_ids)))
+
+    def checkpoint_files(self, trainer: Any) -> dict[str, Any]:
+        return {self.FILE: {"task_ids": sorted(self._all_ranks(trainer))}}
+
+    def panels(self, cfg: Any) -> dict[str, int]:
+        """The panels the run's evals play: split -> tasks (one split named twice: the larger)."""
+        panels = {cfg.eval_split: cfg.eval_episodes}
+        test = cfg.test_episodes or PANEL_SIZE
+        panels[cfg.test_split] = max(test, panels.get(cfg.test_split, 0))
+        return panels
+
+    def on_train_end(self, trainer: Any) -> None:
+        ids = self._all_ranks(trainer)
+        if trainer.accelerator.is_main_process:
+            cfg = trainer.cfg
+            report = held_out_report(cfg.env_id, cfg.env_kwargs, ids, self.panels(cfg))
+            (trainer.out / "held_out.json").write_text(json.dumps(report, indent=2))
+            print(format_held_out(report))

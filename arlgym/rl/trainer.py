@@ -55,6 +55,7 @@ from arlgym.rl.callbacks import (
     CallbackList,
     CollapseAlarm,
     Control,
+    HeldOutTasks,
     MetricsLog,
     SaveBest,
     TrainerCallback,
@@ -170,6 +171,7 @@ def default_callbacks(cfg: TrainConfig) -> list[TrainerCallback]:
         alarm = CollapseAlarm(stop=cfg.on_collapse == "stop", degradation=cfg.degradation_alarm)
         out.append(alarm)
     out.append(MetricsLog())
+    out.append(HeldOutTasks())
     if alarm is not None and cfg.on_collapse == "rollback":
         out.append(Rollback(alarm, cfg.rollback_remedy, cfg.max_rollbacks, cfg.snapshot_steps,
                             cfg.rollback_from))
@@ -413,6 +415,7 @@ class Trainer:
         """
         t0 = time.perf_counter()
         groups, rolled, fmetrics = self._rollout()
+        self.callbacks.on_rollout(self, rolled)
         t_roll = time.perf_counter() - t0
         samples, credit_metrics = self._samples(groups)
         adv_kw = advantage_kwargs(self.algo)

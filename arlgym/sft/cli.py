@@ -26,6 +26,7 @@ def _default_out(env_id: str, policy: str, split: str) -> Path:
 
 
 def _cmd_collect(args: argparse.Namespace) -> int:
+    from arlgym.evaluation.held_out import format_held_out
     from arlgym.policies.spec import check_policy_spec
     from arlgym.sft.collect import CollectConfig, collect_sft
 
@@ -53,6 +54,7 @@ def _cmd_collect(args: argparse.Namespace) -> int:
         stats = collect_sft(cfg, out, progress=not args.no_progress)
     print(f"{stats['samples']} samples from {stats['kept_episodes']}/{stats['episodes']} episodes "
           f"(success {stats['success_rate']:.1%}) -> {out / 'samples.jsonl'}")
+    print(format_held_out(stats["held_out"]))
     return 0
 
 

@@ -14,6 +14,9 @@ On disk (``out`` folder):
 * ``episodes.jsonl`` — the write-ahead log: one line per finished episode (kept or not), written
   *after* that episode's samples are fsynced.
 * ``meta.json`` — the run's arguments; a resumed run must match them.
+* ``held_out.json`` — how many tasks of the env's held-out panels (the first 200 of ``test``
+  and of ``val``) the episodes played, by content (:mod:`arlgym.evaluation.held_out`; must be
+  0 unless ``--split`` is a held-out one).
 * ``README.md`` — the dataset card.
 
 Crash safety: an episode counts as done only once its log line is on disk. On resume, samples of
@@ -35,6 +38,7 @@ from typing import Any
 
 from arlgym.envs.servers import env_server_kwargs
 from arlgym.errors import ConfigError
+from arlgym.evaluation.held_out import format_held_out, held_out_report
 from arlgym.policies.base import Policy, SamplingParams
 from arlgym.rollout import RolloutCollector, Trajectory
 from arlgym.rundir import PLACEMENT_NOT_SETTINGS, check_settings, settings_of
@@ -266,6 +270,10 @@ def collect_sft(cfg: CollectConfig, out: str | Path, policy: Policy | None = Non
         for c in collectors.values():
             c.close()
     stats = dataset_stats(out)
+    # what SFT on this data trains on, against the panels evals play (must be 0)
+    stats["held_out"] = held_out_report(
+        cfg.env_id, env_kwargs, [e["task_id"] for e in read_jsonl_lines(out / "episodes.jsonl")])
+    (out / "held_out.json").write_text(json.dumps(stats["held_out"], indent=2))
     write_dataset_card(out, cfg, stats)
     return stats
 
@@ -305,7 +313,8 @@ def dataset_stats(out: Path, tokenizer: Any = None) -> dict[str, Any]:
 def write_dataset_card(out: Path, cfg: CollectConfig, stats: dict[str, Any]) -> None:
     """``README.md`` next to the data: source, env, counts, success, length stats."""
     rows = "\n".join(f"| {k} | {v:.4g} |" if isinstance(v, float) else f"| {k} | {v} |"
-                     for k, v in stats.items())
+                     for k, v in stats.items() if k != "held_out")
+    held_out = f"- {format_held_out(stats['held_out'])}\n" if "held_out" in stats else ""
     kept_rule = "won episodes" if cfg.min_score is None else f"episodes with score >= {cfg.min_score}"
     card = f"""# SFT data: {cfg.env_id} from `{cfg.policy}`
 
@@ -316,7 +325,7 @@ the assistant message the policy's response. Kept: {kept_rule}.
 - env: `{cfg.env_id}` (kwargs {cfg.env_kwargs or {}}), split `{cfg.split}`
 - source policy: `{cfg.policy}`, temperature {cfg.temperature}
 - seeds: task group g uses env seed {cfg.seed} + g; group size {cfg.group_size}
-
+{held_out}
 | statistic | value |
 |---|---|
 {rows}

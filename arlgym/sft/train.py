@@ -18,12 +18,15 @@ from typing import Any
 
 from arlgym.core.validation import check_float, check_int, check_str
 from arlgym.errors import ArlgymError, ConfigError, MissingDependency
+from arlgym.evaluation.held_out import format_held_out, held_out_report
 from arlgym.models import load_model_and_tokenizer
 from arlgym.rundir import check_settings, settings_of, write_settings
+from arlgym.sft.collect import read_jsonl_lines
 from arlgym.sft.trl_run import run_sft_trainer
 from arlgym.sft.vision import has_images, train_vision_sft
 
-__all__ = ["SFTRunConfig", "train_sft", "add_train_arguments", "train_from_args", "load_samples"]
+__all__ = ["SFTRunConfig", "train_sft", "add_train_arguments", "train_from_args", "load_samples",
+           "data_held_out"]
 
 
 @dataclass
@@ -127,6 +130,34 @@ def _read_samples(f: Path) -> list[dict[str, Any]]:
         raise ConfigError(f"{f} is a folder named like a data file. Fix: point --data at the "
                           "dataset folder or a .jsonl file") from None
     return rows
+
+
+def data_held_out(paths: tuple[str, ...] | list[str]) -> list[dict[str, Any]]:
+    """:func:`~arlgym.evaluation.held_out.held_out_report` of the data SFT trains on: the
+    ``episodes.jsonl`` task ids of each collected folder under ``paths``, one report per env
+    and env kwargs (from the folder's ``meta.json``). A samples file with no collection record
+    beside it is reported as not measured."""
+    groups: dict[str, tuple[str, dict[str, Any], list[str]]] = {}
+    missing = []
+    for p in paths:
+        path = Path(p)
+        found = [f.parent for f in sorted(path.rglob("samples.jsonl"))] if path.is_dir() \
+            else [path.parent]
+        for folder in found:
+            meta, episodes = folder / "meta.json", folder / "episodes.jsonl"
+            if not (meta.is_file() and episodes.is_file()):
+                missing.append(str(folder))
+                continue
+            identity = json.loads(meta.read_text()).get("identity") or {}
+            env_id, kwargs = identity.get("env_id", ""), identity.get("env_kwargs") or {}
+            group = groups.setdefault(json.dumps([env_id, kwargs], sort_keys=True),
+                                      (env_id, kwargs, []))
+            group[2].extend(e["task_id"] for e in read_jsonl_lines(episodes))
+    reports = [held_out_report(env_id, kwargs, ids) for env_id, kwargs, ids in groups.values()]
+    if missing:
+        reports.append({"env_id": "?", "not_measured": f"no meta.json and episodes.jsonl of "
+                        f"`arlgym-sft collect` beside the samples in {', '.join(missing)}"})
+    return reports
 
 
 #: SFTRunConfig fields that do not change the checkpoint: where it goes, logging, progress
@@ -235,4 +266,8 @@ def train_from_args(args: argparse.Namespace) -> int:
         return 0
     print(f"trained {stats['steps']} steps in {stats['seconds']:.0f} s, final loss "
           f"{stats['train_loss']:.4f} -> {cfg.output_dir} (load with hf:{cfg.output_dir})")
+    held_out = data_held_out(cfg.data)
+    (Path(cfg.output_dir) / "held_out.json").write_text(json.dumps(held_out, indent=2))
+    for report in held_out:
+        print(f"{report['env_id']}: {format_held_out(report)}")
     return 0

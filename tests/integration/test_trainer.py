@@ -95,6 +95,26 @@ def test_kill_and_resume_gives_identical_weights(tmp_path):
     assert steps == [1, 2, 3, 4]
 
 
+def test_run_reports_the_held_out_tasks_it_played_across_a_resume(tmp_path, capsys):
+    """held_out.json: the rollouts' task ids against the eval and test panels (0 of each),
+    and a resumed run counts the tasks played before its resume (from the checkpoint)."""
+    _run(tmp_path, "--algo", "grpo", "--max_steps", "1", "--save_steps", "1",
+         "--eval_split", "val", "--eval_episodes", "30")
+    first = json.loads((tmp_path / "held_out.json").read_text())
+    assert first == {"env_id": "arl/Sokoban-v0", "trained_tasks": 2,
+                     "panels": {"val": {"tasks": 30, "trained_on": 0},
+                                "test": {"tasks": 200, "trained_on": 0}}}
+    assert ("held out: 0 of 30 val and 0 of 200 test tasks were trained on (by content)"
+            in capsys.readouterr().out)
+    saved = json.loads((tmp_path / "checkpoints" / "step-000001" / "held_out_tasks.json")
+                       .read_text())["task_ids"]
+    _run(tmp_path, "--algo", "grpo", "--max_steps", "2", "--resume", "true",
+         "--eval_split", "val", "--eval_episodes", "30")
+    second = json.loads((tmp_path / "held_out.json").read_text())
+    assert len(saved) == 2 and second["trained_tasks"] == 4  # two tasks a step, none repeated
+    assert second["panels"] == first["panels"]
+
+
 def test_resume_reads_past_a_torn_last_line(tmp_path):
     """A kill while writing metrics.jsonl leaves a torn line; resume and the alarm read past it."""
     _run(tmp_path, "--algo", "grpo", "--max_steps", "2", "--save_steps", "2")
@@ -139,6 +159,8 @@ def test_accelerate_launch_two_cpu_processes_sync_and_async(tmp_path):
     ckpt = tmp_path / "sync" / "checkpoints" / "step-000003"
     assert sorted(p.name for p in ckpt.glob("collector_rank*.json")) == [
         "collector_rank0.json", "collector_rank1.json"]
+    # the held-out count gathers both ranks' tasks: one new task per rank and step
+    assert json.loads((tmp_path / "sync" / "held_out.json").read_text())["trained_tasks"] >= 6
     # each rank with rollout workers of its own; staleness 0 is the synchronous run bit for bit
     asy = _launch_two_processes(tmp_path / "async", "--async_rollouts", "true",
                                 "--max_staleness", "0")

@@ -57,6 +57,7 @@ from arlgym.envs.alfworld.generator import (
     GENERATOR_VERSION,
     OFFICIAL_SPLIT_DIRS,
     SPLITS,
+    game_content_key,
     generate_game,
     parse_task_id,
     task_ids,
@@ -174,6 +175,8 @@ class ALFWorldEnv(AgentEnv):
     thread_safe: ClassVar[bool] = False
     default_max_steps: ClassVar[int] = 50
     template = ALFWORLD
+    #: ALFWorld's two eval splits (seen and unseen scenes); it has no third one
+    held_out_splits: ClassVar[tuple[str, ...]] = ("eval_in_distribution", "eval_out_of_distribution")
 
     def __init__(
         self,
@@ -279,6 +282,28 @@ class ALFWorldEnv(AgentEnv):
         _, tasks = self._source(_normalise_split(split or self.split))
         ids = list(tasks)
         return ids if limit is None else ids[:limit]
+
+    def task_content_key(self, task_id: str) -> str:
+        """The game of task ``task_id`` as the agent meets it
+        (:func:`~arlgym.envs.alfworld.generator.game_content_key`), read from the game's own
+        files: a generated slot whose first draw the expert could not win holds a later one."""
+        if task_id.startswith("gen-"):
+            folder = self._folder_for(parse_task_id(task_id)[0], task_id)
+        else:
+            found = [s for s in SPLITS if task_id in self._source(s)[1]]
+            if not found:
+                raise TaskNotFound(f"task {task_id!r} is in no split of this env; use an id "
+                                   "from list_tasks()")
+            folder = self._folder_for(found[0], task_id)
+        try:
+            traj = json.loads((folder / "traj_data.json").read_text(encoding="utf-8"))
+            game = json.loads((folder / "game.tw-pddl").read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as e:
+            raise LevelFormatError(f"cannot read the game of {task_id!r} in {folder}: {e}") from e
+        anns = traj.get("turk_annotations", {}).get("anns") or [{}]
+        return game_content_key(traj.get("task_type", ""),
+                                traj.get("scene", {}).get("floor_plan", ""),
+                                anns[0].get("task_desc", ""), game.get("pddl_problem", ""))
 
     def _folder_for(self, split: str, task_id: str) -> Path:
         kind, tasks = self._source(split)

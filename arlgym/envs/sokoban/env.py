@@ -262,6 +262,19 @@ class SokobanEnv(AgentEnv):
         limit = check_int("limit", 500 if limit is None else limit, min=0, max=high - low)
         return [self.task_id_for(seed) for seed in self._panel(_SPLIT_ALIASES.get(split, split), limit)]
 
+    def task_content_key(self, task_id: str) -> str:
+        """The puzzle of task ``task_id`` (:func:`room_content_key`): a room seed's room, a
+        level's room; an ``xsb-`` id (a level given at reset) is its own key."""
+        if self.levels is not None:
+            titles = dict(self.levels)
+            title = task_id.removeprefix("level-")
+            if title not in titles:
+                raise TaskNotFound(f"no level titled {title!r}; titles: {list(titles)[:10]}...")
+            return room_content_key(titles[title])
+        if task_id.startswith("xsb-"):
+            return task_id
+        return room_content_key(self.room_for_seed(self._parse_task_id(task_id)))
+
     def _panel(self, split: str, limit: int) -> list[int]:
         """The first ``limit`` room seeds of :meth:`list_tasks`, grown on demand and kept for the
         process (every env with these room settings shares it)."""

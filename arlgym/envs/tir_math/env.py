@@ -51,6 +51,7 @@ from arlgym.envs.tir_math.problems import (
     generate_problem,
     load_problems,
     panel_seeds,
+    problem_content_key,
     without_held_out,
 )
 from arlgym.envs.tir_math.sandbox import PythonSandbox
@@ -297,6 +298,15 @@ class TIRMathEnv(AgentEnv):
             ids = [p.problem_id for p in self._dataset(split)]
             return ids if limit is None else ids[:limit]
         return [f"tir-{s}" for s in panel_seeds(split, 500 if limit is None else limit, self.families)]
+
+    def task_content_key(self, task_id: str) -> str:
+        """The question of task ``task_id`` by
+        :func:`~arlgym.envs.tir_math.problems.problem_content_key` (a generated seed's problem,
+        a dataset problem); an id of neither kind (a problem given at reset) is its own key."""
+        if self.data_path is None and not _GENERATED_ID.match(task_id):
+            return task_id
+        problem = self._problem_for(task_id)
+        return problem_content_key(problem.question, problem.family)
 
     # ------------------------------------------------------------------ parsing
     def _parse(self, response: str) -> ParsedResponse:

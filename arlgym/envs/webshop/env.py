@@ -42,7 +42,7 @@ from arlgym.envs.webshop.catalog import (
 from arlgym.envs.webshop.engine import RESULTS_PER_PAGE, ShopSession, parse_shop_action
 from arlgym.envs.webshop.reward import token_set_ratio
 from arlgym.envs.webshop.search import ProductIndex, shared_index
-from arlgym.envs.webshop.splits import HeldOutGoals, split_range
+from arlgym.envs.webshop.splits import HeldOutGoals, goal_content_key, split_range
 from arlgym.errors import ConfigError, TaskNotFound
 
 __all__ = ["WebShopEnv", "REWARD_WIN", "split_range", "load_shop"]
@@ -155,6 +155,16 @@ class WebShopEnv(AgentEnv):
         else:
             ids = [f"goal-{i}" for i in range(low, high)]
         return ids if limit is None else ids[:limit]
+
+    def task_content_key(self, task_id: str) -> str:
+        """The request of goal ``task_id``
+        (:func:`~arlgym.envs.webshop.splits.goal_content_key`: its instruction, price clause
+        dropped)."""
+        match = _TASK_ID.match(task_id)
+        goals = self.catalog.goals
+        if not match or int(match.group(1)) >= len(goals):
+            raise TaskNotFound(f"task_id {task_id!r} is not a goal id 'goal-<n>' with n < {len(goals)}")
+        return goal_content_key(goals[int(match.group(1))])
 
     # ------------------------------------------------------------------ hooks
     def _act(self, action: str) -> ActResult:

@@ -89,3 +89,17 @@ def test_torn_lines_and_orphan_samples_are_repaired(tmp_path):
         fh.write(json.dumps({"episode": 99})[:-3])
     collect_sft(CollectConfig(episodes=8, batch_tasks=4), tmp_path, progress=False)
     assert (tmp_path / "samples.jsonl").read_bytes() == expected
+
+
+def test_collect_reports_no_held_out_task_played(tmp_path, capsys):
+    from arlgym.sft.cli import main
+
+    assert main(["collect", "--episodes", "8", "--batch-tasks", "4", "--out", str(tmp_path),
+                 "--no-progress"]) == 0
+    line = "held out: 0 of 200 test and 0 of 200 val tasks were trained on (by content)"
+    assert line in capsys.readouterr().out
+    report = json.loads((tmp_path / "held_out.json").read_text())
+    assert report == {"env_id": "arl/Sokoban-v0", "trained_tasks": 8,
+                      "panels": {"test": {"tasks": 200, "trained_on": 0},
+                                 "val": {"tasks": 200, "trained_on": 0}}}
+    assert f"- {line}" in (tmp_path / "README.md").read_text()

@@ -83,3 +83,37 @@ def test_accelerate_launch_two_processes_trains_one_model(data, tmp_path):
     from arlgym.policies import make_policy
 
     assert make_policy(f"hf:{out}") is not None
+
+
+def test_cli_train_reports_the_held_out_tasks_of_its_data(data, tmp_path, capsys):
+    from arlgym.sft.cli import main
+
+    out = tmp_path / "model"
+    assert main(["train", "--data", str(data), "--model", "tiny", "--output-dir", str(out),
+                 "--max-steps", "1", "--batch-size", "4", "--engine", "prefix",
+                 "--no-progress"]) == 0
+    printed = capsys.readouterr().out
+    assert ("arl/Sokoban-v0: held out: 0 of 200 test and 0 of 200 val tasks were trained on "
+            "(by content)") in printed
+    [report] = json.loads((out / "held_out.json").read_text())
+    assert report["trained_tasks"] == 24 and report["panels"]["test"]["trained_on"] == 0
+
+
+def test_data_held_out_counts_data_collected_on_a_held_out_split(tmp_path):
+    from arlgym.sft.train import data_held_out
+
+    collect_sft(CollectConfig(episodes=4, split="test", batch_tasks=4, min_score=-100.0),
+                tmp_path / "leak", progress=False)
+    ids = [json.loads(line)["task_id"] for line in
+           (tmp_path / "leak" / "episodes.jsonl").read_text().splitlines()]
+    # the collected test rooms are random test draws; make two of them the panel's own
+    from arlgym.envs.content import TaskContent
+
+    with TaskContent("arl/Sokoban-v0") as content:
+        panel = content.panel("test", 200)
+    with (tmp_path / "leak" / "episodes.jsonl").open("a") as fh:
+        for episode, task in enumerate(panel[:2], start=len(ids)):
+            fh.write(json.dumps({"episode": episode, "task_id": task, "won": False, "score": 0.0,
+                                 "steps": 1, "kept": True, "samples": 0}) + "\n")
+    [report] = data_held_out([str(tmp_path)])
+    assert report["panels"]["test"]["trained_on"] >= 2
