@@ -91,43 +91,67 @@ def fall_step(rows: list[dict[str, Any]]) -> int | None:
     return None
 
 
-def rise_step(rows: list[dict[str, Any]], key: str, sign: int, baseline: int = 3,
-              k: float = 3.0) -> int | None:
-    """First step after the first ``baseline`` steps where ``key`` moves ``k`` baseline
-    deviations (at least 20% of the baseline's size) in the warning direction ``sign``."""
-    values = [(int(r[M.STEP]), r[key]) for r in rows if isinstance(r.get(key), (int, float))]
-    if len(values) <= baseline:
-        return None
-    base = [v for _, v in values[:baseline]]
-    mean = sum(base) / baseline
-    sd = math.sqrt(sum((v - mean) ** 2 for v in base) / max(1, baseline - 1))
-    margin = max(k * sd, 0.2 * abs(mean), 1e-4)
-    for step, v in values[baseline:]:
-        if sign * (v - mean) > margin:
-            return step
-    return None
+def _values(rows: list[dict[str, Any]], key: str) -> list[tuple[int, float]]:
+    return [(int(r[M.STEP]), float(r[key])) for r in rows if isinstance(r.get(key), (int, float))]
+
+
+def envelope(runs: list[list[dict]], key: str, sign: int) -> float | None:
+    """The most extreme value of ``key`` in the warning direction over ``runs`` (None: absent)."""
+    values = [sign * v for rows in runs for _, v in _values(rows, key)]
+    return max(values) if values else None
+
+
+def rise_step(rows: list[dict[str, Any]], key: str, sign: int, limit: float) -> int | None:
+    """First step where ``key`` goes beyond ``limit`` (in sign-space) in the warning direction."""
+    return next((step for step, v in _values(rows, key) if sign * v > limit), None)
 
 
 def lead_times(collapsed: list[list[dict]], healthy: list[list[dict]]) -> dict[str, dict[str, Any]]:
-    """Per signal: in how many collapsing runs it rose before the format fell, the leads
-    (fall − rise, steps), and in how many healthy runs the same rule fired at all."""
+    """Per signal, a rule a healthy run never trips: "beyond every value the healthy runs showed".
+    Over the collapsing runs: how often it trips before the format falls, and the leads
+    (fall − trip, steps); over the healthy runs, leave-one-out (the envelope of the others): how
+    often it would have tripped there — its false-alarm rate."""
     out = {}
     for key, sign in SIGNALS.items():
+        limit = envelope(healthy, key, sign)
+        if limit is None:
+            continue
         leads, before = [], 0
         for rows in collapsed:
-            fall, rise = fall_step(rows), rise_step(rows, key, sign)
+            fall = fall_step(rows)
             if fall is None:
                 continue
+            rise = rise_step(rows, key, sign, limit)
             leads.append(None if rise is None else fall - rise)
             before += rise is not None and rise < fall
-        fired = sum(rise_step(rows, key, sign) is not None for rows in healthy)
-        out[key] = {"rose_before_fall": before, "collapsed_runs": len(leads),
-                    "leads": leads, "fired_on_healthy": fired, "healthy_runs": len(healthy)}
+        fired = 0
+        for i, rows in enumerate(healthy):
+            others = envelope(healthy[:i] + healthy[i + 1:], key, sign)
+            fired += others is not None and rise_step(rows, key, sign, others) is not None
+        out[key] = {"healthy_envelope": sign * limit, "rose_before_fall": before,
+                    "collapsed_runs": len(leads), "leads": leads,
+                    "fired_on_healthy": fired, "healthy_runs": len(healthy)}
     return out
 
 
-def analyse(out: Path) -> dict[str, Any]:
+def start_val(out: Path, episodes: int) -> dict[str, float]:
+    """The start checkpoint's greedy eval on the runs' val panel: the step-0 eval of every run
+    (a rollback to the start reaches back before the first periodic eval)."""
+    path = out / "eval_start_val.summary.json"
+    if not path.exists():
+        from arlgym.evaluation.runner import evaluate
+        from arlgym.policies import SamplingParams, make_policy
+
+        summary, _ = evaluate("arl/Sokoban-v0", make_policy(f"hf:{out / 'sft'}"), episodes=episodes,
+                              split="val", out=out / "eval_start_val.jsonl", batch_size=64,
+                              sampling=SamplingParams(temperature=0.0, max_new_tokens=24), progress=False)
+    o = json.loads(path.read_text())["overall"]
+    return {M.STEP: 0, M.EVAL_SUCCESS: o["success_rate"], M.EVAL_SUCCESS_SE: o["success_se"]}
+
+
+def analyse(out: Path, val_episodes: int = 40) -> dict[str, Any]:
     grid = out / "grid"
+    start = start_val(out, val_episodes)
     warn = {int(p.name.split("-")[1]): read_run(p) for p in sorted((grid / "cispo__warn").glob("seed-*"))
             if (p / "eval" / "test-last.summary.json").exists()}
     roll = {int(p.name.split("-")[1]): read_run(p) for p in sorted((grid / "cispo__rollback").glob("seed-*"))
@@ -139,7 +163,7 @@ def analyse(out: Path) -> dict[str, Any]:
         if not r["rollbacks"]:
             continue
         first = r["rollbacks"][0]
-        rows = sorted(r["kept"] + r["abandoned"], key=lambda x: x[M.STEP])
+        rows = [start, *sorted(r["kept"] + r["abandoned"], key=lambda x: x[M.STEP])]
         peak = val_peak_before(rows, first["to_step"])
         if peak is None:
             continue
@@ -157,6 +181,7 @@ def analyse(out: Path) -> dict[str, Any]:
     return {
         "warn": {s: {"test": r["test"], "collapse": r["collapse"]} for s, r in warn.items()},
         "rollback": {s: {"test": r["test"], "rollbacks": r["rollbacks"]} for s, r in roll.items()},
+        "start_val": start,
         "warn_collapsed": sum(bool(r["collapse"]) for r in warn.values()),
         "recovered": recovered,
         "kept_peak_frac": (sum(x["kept_peak"] for x in recovered) / len(recovered)) if recovered else None,
@@ -192,10 +217,11 @@ def write_markdown(result: dict[str, Any], path: Path) -> str:
               f"Healthy runs (GRPO, SAMPO; rollback + degradation alarm): "
               f"{sum(1 for n in result['healthy_rollbacks'].values() if n)} of "
               f"{len(result['healthy_rollbacks'])} rolled back", "",
-              "| signal | rose before the format fell | leads (steps) | fired on healthy runs |",
-              "|---|---|---|---|"]
+              "| signal | beyond every healthy value (envelope) | before the format fell | "
+              "leads (steps) | fired on healthy runs (leave-one-out) |",
+              "|---|---|---|---|---|"]
     for key, s in result["leads"].items():
-        lines.append(f"| `{key}` | {s['rose_before_fall']}/{s['collapsed_runs']} | "
+        lines.append(f"| `{key}` | {s['healthy_envelope']:.4g} | {s['rose_before_fall']}/{s['collapsed_runs']} | "
                      f"{', '.join('–' if x is None else str(x) for x in s['leads']) or '–'} | "
                      f"{s['fired_on_healthy']}/{s['healthy_runs']} |")
     text = "\n".join(lines) + "\n"
@@ -238,7 +264,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         if args.stage in ("all", "healthy"):
             run_grid(ArenaSpec(out=str(out / "grid"), algos=["grpo", "sampo"], seeds=seeds, base=base,
                                overrides={"healthy": rollback}), jobs=args.jobs)
-    result = analyse(out)
+    result = analyse(out, args.val)
     (out / "result.json").write_text(json.dumps(result, indent=2, default=str))
     text = write_markdown(result, out / "result.md")
     print(text)
