@@ -47,7 +47,7 @@ def _module(name: str) -> Callable[[], bool]:
 def _sandbox_problem() -> str | None:
     """Why the TIR sandbox cannot isolate cells for this interpreter — the very check
     ``gymnasium.make("arl/TIRMath-v0")`` runs (``isolation_problem``: bubblewrap, the kernel's
-    namespaces, an interpreter a cell's private /tmp would hide) — or ``None``."""
+    namespaces, an interpreter whose own directory is all of /tmp) — or ``None``."""
     return isolation_problem(sys.executable)
 
 

@@ -51,7 +51,12 @@ def _cmd_collect(args: argparse.Namespace) -> int:
     from arlgym.rundir import no_trace_on_failure
 
     with no_trace_on_failure(out):
-        stats = collect_sft(cfg, out, progress=not args.no_progress)
+        stats = collect_sft(cfg, out, progress=not args.no_progress,
+                            say=lambda line: print(line, flush=True))
+    if stats["run"] == "finished":
+        print(f"finished: {out} holds this collection, done ({stats['episodes']} episodes, "
+              f"{stats['samples']} samples); nothing to do. To collect again, choose another --out")
+        return 0
     print(f"{stats['samples']} samples from {stats['kept_episodes']}/{stats['episodes']} episodes "
           f"(success {stats['success_rate']:.1%}) -> {out / 'samples.jsonl'}")
     print(format_held_out(stats["held_out"]))

@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 import os
 import statistics
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -205,12 +206,24 @@ def _samples_of(traj: Trajectory, episode: int, cfg: CollectConfig,
     ]
 
 
+def _finished(out: Path, cfg: CollectConfig) -> bool:
+    """Whether ``out`` holds this whole collection: every episode in the log, and the dataset
+    card (written last). Reads only: a finished folder is not touched again."""
+    logged = {int(e["episode"]) for e in read_jsonl_lines(out / "episodes.jsonl")}
+    return logged >= set(range(cfg.episodes)) and (out / "README.md").is_file()
+
+
 def collect_sft(cfg: CollectConfig, out: str | Path, policy: Policy | None = None,
-                progress: bool = True) -> dict[str, Any]:
+                progress: bool = True, say: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
     """Collect (or resume collecting) ``cfg.episodes`` episodes into ``out``.
 
+    A folder holding this very collection, finished, is not touched (no policy is loaded);
+    one holding part of it continues (``say`` gets the one line that tells so); one of other
+    settings is refused.
+
     Returns:
-        Statistics of the whole dataset (also written to the dataset card).
+        Statistics of the whole dataset (also written to the dataset card), with ``run``:
+        ``"new"``, ``"continued"`` or ``"finished"`` (nothing was collected).
     """
     from tqdm.auto import tqdm
 
@@ -218,14 +231,20 @@ def collect_sft(cfg: CollectConfig, out: str | Path, policy: Policy | None = Non
 
     out = Path(out)
     meta_path = out / "meta.json"
-    if meta_path.exists():
+    resumed = meta_path.exists()
+    if resumed:
         old = json.loads(meta_path.read_text()).get("identity") or {}
         check_settings(meta_path, settings_of(cfg.identity()), what="SFT data", flag="--out",
                        folder=out, old=settings_of(old))
+        if _finished(out, cfg):
+            return {**dataset_stats(out), "run": "finished"}
     out.mkdir(parents=True, exist_ok=True)
     meta_path.write_text(json.dumps({"identity": cfg.identity(), "episodes": cfg.episodes},
                                     indent=2))
     episodes, _ = _recover(out)
+    done_before = sum(1 for e in episodes if e < cfg.episodes)
+    if resumed:
+        say(f"continuing the collection in {out}: {done_before}/{cfg.episodes} episodes done")
     policy = policy or seeded_policy(cfg.policy, cfg.seed)
     sampling = SamplingParams(temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens,
                               seed=cfg.seed)
@@ -275,7 +294,7 @@ def collect_sft(cfg: CollectConfig, out: str | Path, policy: Policy | None = Non
         cfg.env_id, env_kwargs, [e["task_id"] for e in read_jsonl_lines(out / "episodes.jsonl")])
     (out / "held_out.json").write_text(json.dumps(stats["held_out"], indent=2))
     write_dataset_card(out, cfg, stats)
-    return stats
+    return {**stats, "run": "continued" if resumed else "new"}
 
 
 def dataset_stats(out: Path, tokenizer: Any = None) -> dict[str, Any]:

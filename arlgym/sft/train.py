@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,13 +22,13 @@ from arlgym.core.validation import check_float, check_int, check_str
 from arlgym.errors import ArlgymError, ConfigError, MissingDependency
 from arlgym.evaluation.held_out import format_held_out, held_out_report
 from arlgym.models import load_model_and_tokenizer
-from arlgym.rundir import check_settings, settings_of, write_settings
+from arlgym.rundir import check_settings, read_settings, settings_of, write_settings
 from arlgym.sft.collect import read_jsonl_lines
 from arlgym.sft.trl_run import run_sft_trainer
 from arlgym.sft.vision import has_images, train_vision_sft
 
 __all__ = ["SFTRunConfig", "train_sft", "add_train_arguments", "train_from_args", "load_samples",
-           "data_held_out"]
+           "data_held_out", "sft_run_status", "prepare_sft_rerun", "sft_checkpoints"]
 
 
 @dataclass
@@ -54,6 +56,8 @@ class SFTRunConfig:
     report_to: str = "none"
     progress: bool = True
     engine: str = "trl"
+    #: set by a rerun (prepare_sft_rerun), not a flag: the TRL checkpoint to continue from
+    resume_from_checkpoint: str | None = None
 
 
     def __post_init__(self) -> None:
@@ -160,33 +164,106 @@ def data_held_out(paths: tuple[str, ...] | list[str]) -> list[dict[str, Any]]:
     return reports
 
 
-#: SFTRunConfig fields that do not change the checkpoint: where it goes, logging, progress
-_NOT_SETTINGS = ("output_dir", "logging_steps", "save_steps", "report_to", "progress")
+#: SFTRunConfig fields that do not change the checkpoint: where it goes, logging, progress, and
+#: where a rerun continues from (chosen by :func:`prepare_sft_rerun`, not by the user)
+_NOT_SETTINGS = ("output_dir", "logging_steps", "save_steps", "report_to", "progress",
+                 "resume_from_checkpoint")
+
+#: what a finished run leaves (written last, after the model: its presence means done)
+STATS_FILE = "sft_stats.json"
 
 
-def check_sft_dir(cfg: SFTRunConfig) -> None:
-    """Refuse to train into an ``output_dir`` holding a checkpoint trained with other settings
-    (it would be overwritten by one that its folder's records no longer describe), and record
-    this run's settings there. A folder with the same settings is trained again from scratch."""
+def sft_checkpoints(out: str | Path) -> list[Path]:
+    """The complete TRL checkpoints (``checkpoint-<step>`` with its ``trainer_state.json``)
+    of an SFT folder, oldest first."""
+    found = [p for p in Path(out).glob("checkpoint-*") if p.is_dir()
+             and p.name.removeprefix("checkpoint-").isdigit() and (p / "trainer_state.json").exists()]
+    return sorted(found, key=lambda p: int(p.name.removeprefix("checkpoint-")))
+
+
+def sft_run_status(cfg: SFTRunConfig) -> str:
+    """``"finished"`` (its ``sft_stats.json`` is there), ``"partial"`` (a complete checkpoint to
+    continue from) or ``"new"`` — of the run ``cfg`` writes into its ``output_dir``."""
+    out = Path(cfg.output_dir)
+    if (out / STATS_FILE).is_file():
+        return "finished"
+    return "partial" if sft_checkpoints(out) else "new"
+
+
+def check_sft_dir(cfg: SFTRunConfig) -> bool:
+    """Refuse to train into an ``output_dir`` holding a checkpoint (final or intermediate)
+    trained with other settings (it would be overwritten, or continued, by one that its
+    folder's records no longer describe). Returns whether an earlier call of these settings
+    started there (its record is there), before this one records its own."""
     out = Path(cfg.output_dir)
     settings = settings_of(cfg, _NOT_SETTINGS)
-    if any((out / name).exists() for name in ("sft_stats.json", "model.safetensors", "config.json")):
+    if any((out / name).exists() for name in (STATS_FILE, "model.safetensors", "config.json")) \
+            or sft_checkpoints(out):
         check_settings(out / "settings.json", settings, what="an SFT checkpoint",
-                       flag="--output_dir")
-    write_settings(out / "settings.json", settings)
+                       flag="--output-dir")
+    return read_settings(out / "settings.json") == settings
+
+
+def prepare_sft_rerun(cfg: SFTRunConfig, started_before: bool) -> tuple[str, str | None]:
+    """Decide what the same ``arlgym-sft train`` does in a folder it already wrote into, after
+    :func:`check_sft_dir` accepted its settings. Returns ``(status, message)``:
+
+    Only a folder whose record holds these settings (``started_before``) is continued or
+    reported finished; any other is trained afresh, nothing in it removed.
+
+    * ``finished``: nothing changes; the caller reads ``sft_stats.json`` and does no work;
+    * ``partial`` (TRL engine): ``cfg.resume_from_checkpoint`` is set to the newest complete
+      checkpoint — TRL restores the weights, optimizer, schedule, RNG and log history there, so
+      the log holds each step once;
+    * ``new``: a fresh folder; or an earlier attempt that left no checkpoint (``--save-steps
+      0``, or the prefix engine, which keeps none): it starts over, and what that attempt left
+      (torn checkpoints, a half-written model) is removed so nothing of it is read back.
+    """
+    out = Path(cfg.output_dir)
+    if not started_before:  # a fresh folder, or one without this run's record: trained afresh
+        return "new", None
+    status = sft_run_status(cfg)
+    if status == "finished":
+        return status, None
+    if status == "partial" and cfg.engine == "trl":
+        newest = sft_checkpoints(out)[-1]
+        cfg.resume_from_checkpoint = str(newest)
+        return status, f"continuing the SFT run in {out} from its newest checkpoint ({newest.name})"
+    for leftover in [p for p in out.glob("checkpoint-*") if p.is_dir()]:
+        shutil.rmtree(leftover, ignore_errors=True)
+    for name in ("model.safetensors", "pytorch_model.bin", "adapter_model.safetensors"):
+        (out / name).unlink(missing_ok=True)
+    why = ("the prefix engine keeps no checkpoints" if cfg.engine == "prefix"
+           else "it saved no checkpoint (--save-steps 0, or stopped before the first)")
+    return "new", f"{out} holds an unfinished SFT run that cannot be continued ({why}): training it again from the start"
 
 
 _TRAIN_EXTRA = ("arlgym-sft train needs the [train] extra: pip install torch==2.13.0 && "
                 "pip install 'arlgym[train]'")
 
 
-def train_sft(cfg: SFTRunConfig) -> dict[str, Any]:
-    """Fine-tune ``cfg.model`` on ``cfg.data``; returns run statistics (also in the output dir).
+def train_sft(cfg: SFTRunConfig, say: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
+    """Fine-tune ``cfg.model`` on ``cfg.data``; returns run statistics (also in the output dir)
+    with ``run``: ``"new"``, ``"continued"`` (from the folder's newest checkpoint) or
+    ``"finished"`` (the folder already held this run: nothing was trained). ``say`` gets the
+    one line that tells a rerun what it does (continue, or start over and why).
 
     Raises:
         SettingsMismatch: ``output_dir`` holds a checkpoint of other settings.
     """
-    check_sft_dir(cfg)
+    started_before = check_sft_dir(cfg)  # other settings: refused before anything is touched
+    status, message = prepare_sft_rerun(cfg, started_before)
+    write_settings(Path(cfg.output_dir) / "settings.json", settings_of(cfg, _NOT_SETTINGS))
+    if status == "finished":
+        stats = json.loads((Path(cfg.output_dir) / STATS_FILE).read_text(encoding="utf-8"))
+        return {**stats, "run": "finished"}
+    if message:
+        say(message)
+    stats = _train(cfg)
+    return {**stats, "run": "continued" if status == "partial" else "new"}
+
+
+def _train(cfg: SFTRunConfig) -> dict[str, Any]:
     try:
         import torch  # noqa: F401
         import transformers  # noqa: F401
@@ -256,13 +333,15 @@ def train_from_args(args: argparse.Namespace) -> int:
         logging_steps=args.logging_steps, save_steps=args.save_steps, lora_r=args.lora_r,
         bf16=args.bf16, report_to=args.report_to, progress=not args.no_progress,
         engine=args.engine)
-    try:
-        stats = train_sft(cfg)
-    except ArlgymError:
-        raise
-    from accelerate import PartialState
+    import os
 
-    if not PartialState().is_main_process:  # under accelerate launch: one report, not one per rank
+    speaks = os.environ.get("RANK", "0") == "0"  # under accelerate launch: one line, not one a rank
+    stats = train_sft(cfg, say=lambda line: print(line, flush=True) if speaks else None)
+    if not speaks:
+        return 0
+    if stats["run"] == "finished":
+        print(f"finished: {cfg.output_dir} holds this SFT run, done ({stats['steps']} steps); "
+              "nothing to do. To train again, choose another --output-dir")
         return 0
     print(f"trained {stats['steps']} steps in {stats['seconds']:.0f} s, final loss "
           f"{stats['train_loss']:.4f} -> {cfg.output_dir} (load with hf:{cfg.output_dir})")

@@ -40,7 +40,10 @@ def train_and_save(trainer: Any, cfg: Any, processing: Any, num_samples: int) ->
     """Run a TRL ``SFTTrainer``, save the (LoRA-merged) model with its tokenizer or processor
     to ``cfg.output_dir`` and write ``sft_stats.json``; the text and vision paths share it."""
     started = time.perf_counter()
-    result = trainer.train()
+    # a rerun of an interrupted run: TRL restores weights, optimizer, schedule, RNG and the log
+    # history of that checkpoint, so the log below holds each step once
+    resume = getattr(cfg, "resume_from_checkpoint", None)
+    result = trainer.train(resume_from_checkpoint=resume)
     elapsed = time.perf_counter() - started
     final = trainer.model
     if cfg.lora_r > 0:
@@ -58,6 +61,8 @@ def train_and_save(trainer: Any, cfg: Any, processing: Any, num_samples: int) ->
         "epochs_done": trainer.state.epoch,
         "log": [h for h in trainer.state.log_history if "loss" in h],
     }
+    if resume:
+        stats["resumed_from"] = Path(resume).name
     if trainer.accelerator.is_main_process:
         (out / "sft_stats.json").write_text(json.dumps(stats, indent=2))
     return stats

@@ -33,10 +33,11 @@ def test_envs_and_make_agree(env_id):
         assert r.what in why
 
 
-def test_an_interpreter_under_tmp_is_not_usable_for_tir_math_and_envs_says_why(monkeypatch):
-    """A virtual environment under /tmp: every cell mounts its own /tmp, so the sandbox refuses
-    the interpreter; `envs` must say so (and why), as `make` does. Without bubblewrap at all,
-    `envs` names bubblewrap and the command that installs it instead."""
+def test_tir_math_is_usable_and_plays_a_problem_from_a_venv_under_tmp(monkeypatch):
+    """A virtual environment under /tmp (a checkout there): the sandbox binds that venv alone,
+    read-only, into the server and into each cell over its private /tmp, so `envs` says the env
+    is usable and ``gym.make`` plays a problem with code cells run by that interpreter. Without
+    bubblewrap at all, `envs` names bubblewrap and the command that installs it instead."""
     import tempfile
 
     from arlgym.envs.tir_math.isolation import find_bwrap
@@ -46,13 +47,20 @@ def test_an_interpreter_under_tmp_is_not_usable_for_tir_math_and_envs_says_why(m
         venv.create(env_dir, symlinks=True, with_pip=False)
         monkeypatch.setattr(sys, "executable", f"{env_dir}/bin/python")
         lacking = missing("arl/TIRMath-v0")
-        assert [r.what for r in lacking] == ["bubblewrap (the code sandbox)"]
-        why = lacking[0].why()
-        made, error = _makes("arl/TIRMath-v0")
-        assert not made
         if find_bwrap() is None:  # nothing isolates here: installing bubblewrap is the fix
-            assert install_commands(lacking) and "bubblewrap" in error
+            assert [r.what for r in lacking] == ["bubblewrap (the code sandbox)"]
+            made, error = _makes("arl/TIRMath-v0")
+            assert not made and install_commands(lacking) and "bubblewrap" in error
             return
-        assert why and env_dir in why and "outside /tmp" in why
-        assert install_commands(lacking) == []  # installing bubblewrap would not fix it
-        assert env_dir in error
+        assert lacking == [], [(r.what, r.why()) for r in lacking]
+        env = gym.make("arl/TIRMath-v0", sandbox_timeout=10.0).unwrapped
+        try:
+            env.reset(seed=0)
+            code = "```python\nimport sys, fractions\nprint(sys.prefix, fractions.Fraction(84, 2))\n```"
+            observation, reward, terminated, _, info = env.step(code)
+            assert f"{env_dir} 42" in observation and not terminated and info["action_valid"], observation
+            answer = f"```python\nfinal_answer({env.problem.answer!r})\n```"
+            _, reward, terminated, _, info = env.step(answer)
+            assert (reward, terminated, info["won"]) == (1.0, True, True)
+        finally:
+            env.close()

@@ -89,8 +89,98 @@ def test_sft_train_into_a_checkpoint_of_other_settings_is_refused(tmp_path):
     assert first.returncode == 0, first.stderr[-2000:]
     weights = (out / "model.safetensors").read_bytes()
     _one_line_refusal(_run("arlgym.sft.cli", *base, "--lr", "5e-4"), "lr 0.001 -> 0.0005",
-                      "--output_dir")
+                      "--output-dir")
     assert (out / "model.safetensors").read_bytes() == weights
+
+
+def test_sft_collect_rerun_finished_does_nothing_and_partial_continues(tmp_path):
+    out = tmp_path / "data"
+    base = ["collect", "--episodes", "4", "--batch-tasks", "2", "--out", str(out), "--no-progress"]
+    assert _run("arlgym.sft.cli", *base).returncode == 0
+    files = {name: ((out / name).read_bytes(), (out / name).stat().st_mtime_ns)
+             for name in ("samples.jsonl", "episodes.jsonl", "meta.json", "README.md")}
+    again = _run("arlgym.sft.cli", *base)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert again.stdout.startswith(f"finished: {out} holds this collection, done (4 episodes")
+    assert "nothing to do" in again.stdout
+    assert {name: ((out / name).read_bytes(), (out / name).stat().st_mtime_ns) for name in files} == files
+    # as if killed after the first batch: its log and samples on disk, no dataset card yet
+    episodes = (out / "episodes.jsonl").read_text().splitlines(keepends=True)
+    (out / "episodes.jsonl").write_text("".join(episodes[:2]))
+    (out / "README.md").unlink()
+    resumed = _run("arlgym.sft.cli", *base)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert f"continuing the collection in {out}: 2/4 episodes done" in resumed.stdout
+    assert (out / "samples.jsonl").read_bytes() == files["samples.jsonl"][0]
+    assert (out / "episodes.jsonl").read_bytes() == files["episodes.jsonl"][0]
+
+
+def _weights(folder: Path) -> dict:
+    from safetensors.torch import load_file
+
+    return load_file(str(folder / "model.safetensors"))
+
+
+def _same_weights(a: dict, b: dict) -> bool:
+    import torch
+
+    return a.keys() == b.keys() and all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
+
+
+def test_sft_train_rerun_finished_does_nothing_and_unfinished_prefix_run_starts_over(tmp_path):
+    data, out = tmp_path / "data", tmp_path / "model"
+    assert _run("arlgym.sft.cli", "collect", "--episodes", "2", "--batch-tasks", "2", "--out",
+                str(data), "--no-progress").returncode == 0
+    base = ["train", "--data", str(data), "--output-dir", str(out), "--max-steps", "2",
+            "--batch-size", "2", "--engine", "prefix", "--logging-steps", "1", "--no-progress"]
+    assert _run("arlgym.sft.cli", *base).returncode == 0
+    stats = json.loads((out / "sft_stats.json").read_text())
+    weights, stamp = _weights(out), (out / "model.safetensors").stat().st_mtime_ns
+    again = _run("arlgym.sft.cli", *base)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert again.stdout.strip() == (f"finished: {out} holds this SFT run, done (2 steps); nothing "
+                                    "to do. To train again, choose another --output-dir")
+    assert (out / "model.safetensors").stat().st_mtime_ns == stamp  # nothing trained or saved
+    # killed before its end: the prefix engine keeps no checkpoint, so the rerun starts over
+    (out / "sft_stats.json").unlink()
+    (out / "model.safetensors").unlink()
+    restart = _run("arlgym.sft.cli", *base)
+    assert restart.returncode == 0, restart.stderr[-2000:]
+    assert ("holds an unfinished SFT run that cannot be continued (the prefix engine keeps no "
+            "checkpoints): training it again from the start") in restart.stdout
+    redo = json.loads((out / "sft_stats.json").read_text())
+    assert [row["step"] for row in redo["log"]] == [1, 2]  # each step logged once
+    assert [row["loss"] for row in redo["log"]] == [row["loss"] for row in stats["log"]]
+    assert _same_weights(_weights(out), weights)
+
+
+@pytest.mark.slow
+def test_sft_train_rerun_of_an_interrupted_trl_run_continues_from_its_checkpoint(tmp_path):
+    data, out = tmp_path / "data", tmp_path / "model"
+    assert _run("arlgym.sft.cli", "collect", "--episodes", "4", "--batch-tasks", "4", "--out",
+                str(data), "--no-progress").returncode == 0
+    base = ["train", "--data", str(data), "--output-dir", str(out), "--max-steps", "4",
+            "--batch-size", "2", "--save-steps", "2", "--logging-steps", "1", "--lr", "3e-3",
+            "--no-progress"]
+    first = _run("arlgym.sft.cli", *base)
+    assert first.returncode == 0, first.stderr[-2000:]
+    stats = json.loads((out / "sft_stats.json").read_text())
+    weights = _weights(out)
+    # the folder of a run killed between its checkpoints at steps 2 and 4
+    import shutil
+
+    shutil.rmtree(out / "checkpoint-4")
+    for name in ("sft_stats.json", "model.safetensors"):
+        (out / name).unlink()
+    resumed = _run("arlgym.sft.cli", *base)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert f"continuing the SFT run in {out} from its newest checkpoint (checkpoint-2)" in resumed.stdout
+    assert "trained 4 steps" in resumed.stdout
+    again = json.loads((out / "sft_stats.json").read_text())
+    assert again["resumed_from"] == "checkpoint-2" and again["steps"] == 4
+    assert [row["step"] for row in again["log"]] == [1, 2, 3, 4]  # no step twice
+    assert [round(row["loss"], 5) for row in again["log"]] == [round(row["loss"], 5) for row in stats["log"]]
+    assert _same_weights(_weights(out), weights)  # the same model as the uninterrupted run
 
 
 # ------------------------------------------------------------------ the RL trainer

@@ -13,7 +13,8 @@ for the cell's stdout and stderr and a status pipe, and forks the cell:
   of its own PID namespace — when it exits or is killed, the kernel kills every process it left,
   ``setsid`` daemons included. It maps uid 1000 to the server's unprivileged uid, mounts a fresh
   size-limited tmpfs on ``/tmp`` (its working directory) and ``/dev/shm`` and a ``/proc`` that
-  shows only its own processes, then drops every capability (bounding set too) and sets
+  shows only its own processes, binds the interpreter's directories those tmpfs would hide (a
+  venv under /tmp) again, read-only, over them, then drops every capability (bounding set too) and sets
   ``no_new_privs``;
 * without ``isolate`` (the explicit ``sandbox="unisolated"`` mode): a fresh temporary directory
   that the server removes afterwards;
@@ -91,7 +92,7 @@ if ROOT_MODE:
     NS_FLAGS &= ~0x10000000
 ROOT_CELL_UIDS = 3_000_000_000 + random.randrange(100_000_000)
 _cells_started = 0
-MS_NOSUID, MS_NODEV, MS_NOEXEC = 2, 4, 8
+MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_BIND, MS_REC = 2, 4, 8, 4096, 16384
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
@@ -202,11 +203,21 @@ def _set_up_namespaces(tmp_mb, uid):
 
 
 def _mount_and_drop(tmp_mb, uid):
+    # The interpreter's directories under /tmp or /dev/shm (a venv there): held by an fd while
+    # the private tmpfs covers their path, then bound again (read-only, as the server sees
+    # them) from that fd at the same path inside the new tmpfs.
+    kept = [(path, os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)) for path in CELL_BINDS]
     options = "size=%dm,nr_inodes=16384,mode=1777" % tmp_mb
     _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, options)
     if os.path.isdir("/dev/shm"):
         _mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, options)
     _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
+    for path, fd in kept:
+        os.makedirs(path, mode=0o755, exist_ok=True)
+        _mount("/proc/self/fd/%d" % fd, path, "none", MS_BIND | MS_REC, None)
+        os.close(fd)
+        if os.access(path, os.W_OK):  # the server's bind is read-only: so is this copy of it
+            raise OSError("the interpreter directory " + path + " is writable in the cell")
     _libc.sethostname(b"sandbox", 7)
     _drop_capabilities(uid)
 
@@ -521,11 +532,16 @@ class ForkServer:
         final_answer_source: the prelude every cell runs first.
         preload: modules the server imports once.
         start_timeout: seconds to wait for the server's first line.
+        cell_binds: directories (of the interpreter) under ``/tmp`` or ``/dev/shm`` that each
+            isolated cell binds again over its private tmpfs, so that it can still import from
+            them (``isolation.cell_binds``).
     """
 
     def __init__(self, command: list[str], env: dict[str, str], final_answer_source: str,
-                 preload: tuple[str, ...] = ("numpy", "sympy"), start_timeout: float = 120.0) -> None:
-        code = f"PRELOAD = {list(preload)!r}\nFINAL_ANSWER = {final_answer_source!r}\n" + SERVER_CODE
+                 preload: tuple[str, ...] = ("numpy", "sympy"), start_timeout: float = 120.0,
+                 cell_binds: tuple[str, ...] = ()) -> None:
+        code = (f"PRELOAD = {list(preload)!r}\nFINAL_ANSWER = {final_answer_source!r}\n"
+                f"CELL_BINDS = {list(cell_binds)!r}\n" + SERVER_CODE)
         self._stderr = tempfile.TemporaryFile()  # unlinked: what bwrap says if it cannot start
         self._proc = subprocess.Popen([*command, code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                       stderr=self._stderr, env=env, start_new_session=True)

@@ -10,17 +10,20 @@ Two layers:
 1. **The server's sandbox** (:func:`server_command`): the warm interpreter runs under
    bubblewrap in its own user, PID, network, IPC, UTS (and cgroup) namespaces, with a root
    made of read-only binds of only what Python needs (``/usr``, the ``/lib*`` links, a few
-   files of ``/etc``, the interpreter's prefix and venv) — no home directory, no project, no
-   host ``/tmp``; a ``/proc`` of its own PID namespace; an empty environment but for a few
-   fixed variables; ``--die-with-parent`` and ``--new-session``. When the env runs as root, the
-   server is started as uid 65534 (``setpriv``), so that nothing inside is root on the host:
+   files of ``/etc``, the interpreter's prefix and venv, wherever they live) — no home
+   directory, no project, no host ``/tmp`` (a venv under it: that venv alone); a ``/proc`` of
+   its own PID namespace; an empty environment but for a few fixed variables;
+   ``--die-with-parent`` and ``--new-session``. When the env runs as root, the server is
+   started as uid 65534 (``setpriv``), so that nothing inside is root on the host:
    no capability in the host's namespaces, no owner access to root's files, and the kernel's
    process-count limit applies (it exempts uid 0).
 2. **Each cell** is forked from that server into fresh user, mount, PID, network, IPC and UTS
    namespaces of its own (see :mod:`~arlgym.envs.tir_math.forkserver`): its own tmpfs ``/tmp``
    and ``/dev/shm`` (no other cell can see them: they exist only in that cell's mount
-   namespace), its own ``/proc``, no capabilities. So two cells of one server — two envs of one
-   process, or two rollouts of a group — share no file, process, socket or IPC object.
+   namespace; an interpreter directory under them, a venv under /tmp, is bound again over
+   them, read-only: :func:`cell_binds`), its own ``/proc``, no capabilities. So two cells of
+   one server — two envs of one process, or two rollouts of a group — share no file, process,
+   socket or IPC object.
 
 Where unprivileged user namespaces are disabled, root gets a privileged fallback
 (``server_command(mode="root")``): same namespaces per cell, built by a root server with four
@@ -50,7 +53,7 @@ from pathlib import Path
 from arlgym.envs.tir_math.forkserver import ForkServer, ForkServerError
 from arlgym.errors import MissingDependency
 
-__all__ = ["INSTALL_HINT", "find_bwrap", "server_command", "isolation_problem",
+__all__ = ["INSTALL_HINT", "find_bwrap", "server_command", "cell_binds", "isolation_problem",
            "require_isolation", "MemoryCgroup", "CELL_ENV", "SANDBOX_UID"]
 
 INSTALL_HINT = ("install bubblewrap: `apt-get install bubblewrap` (Debian/Ubuntu; `dnf install "
@@ -151,10 +154,16 @@ def server_command(python: str, mode: str = "user") -> list[str]:
         parents = sorted({str(q) for b in binds for q in Path(b).parents if str(q) != "/"})
         for parent in parents:
             args += ["--perms", "0755", "--dir", parent]
+    # binds under /dev come after --dev, which would cover them
+    in_dev = [i for i, path in enumerate(binds) if path.startswith("/dev/")]
     for i, path in enumerate(binds):  # staged: at /tmp/<i>, see below
-        args += ["--ro-bind", f"/tmp/{i}" if staged else path, path]
-    args += ["--proc", "/proc", "--dev", "/dev", "--dir", "/tmp", "--remount-ro", "/dev",
-             "--remount-ro", "/", "--chdir", "/", python, "-I", "-c"]
+        if i not in in_dev:
+            args += ["--ro-bind", f"/tmp/{i}" if staged else path, path]
+    args += ["--proc", "/proc", "--dev", "/dev"]
+    for i in in_dev:
+        args += ["--ro-bind", f"/tmp/{i}" if staged else binds[i], binds[i]]
+    args += ["--dir", "/tmp", "--remount-ro", "/dev", "--remount-ro", "/", "--chdir", "/",
+             python, "-I", "-c"]
     if not staged:
         return args
     # As root, the server runs as uid 65534 (setpriv), which may not be allowed to reach the
@@ -162,15 +171,25 @@ def server_command(python: str, mode: str = "user") -> list[str]:
     # mount namespace (nothing of it is visible to, or left on, the host), hides the host's /tmp
     # there under a small tmpfs and bind-mounts each interpreter directory at /tmp/<i>, where
     # uid 65534 can reach it; bwrap then binds those at their real paths inside the sandbox.
+    # A directory under the host's /tmp (a venv there) is opened first (fd 3...) and bound from
+    # that fd once the tmpfs hides its path; the fds are closed before bwrap starts.
     tools = {name: shutil.which(name) for name in ("unshare", "mount", "setpriv")}
     missing = sorted(name for name, path in tools.items() if path is None)
     if missing:
         raise MissingDependency(f"running as root, the TIR sandbox needs {', '.join(missing)} "
                                 "(util-linux: apt-get install util-linux mount)")
-    stage = [f"{tools['mount']} -t tmpfs -o mode=755,size=64k arlgym-stage /tmp"]
+    hidden = [i for i, path in enumerate(binds) if path.startswith("/tmp/")]
+    if len(hidden) > 7:  # sh opens fds 3-9 only
+        raise MissingDependency(f"the interpreter needs {len(hidden)} directories under /tmp; the "
+                                "sandbox stages at most 7. Fix: install arlgym's venv outside /tmp")
+    fd = {i: 3 + n for n, i in enumerate(hidden)}
+    stage = [f"exec {' '.join(f'{fd[i]}<{shlex.quote(binds[i])}' for i in hidden)}"] if hidden else []
+    stage.append(f"{tools['mount']} -t tmpfs -o mode=755,size=64k arlgym-stage /tmp")
     for i, path in enumerate(binds):
-        stage.append(f"mkdir /tmp/{i} && {tools['mount']} --bind {shlex.quote(path)} /tmp/{i}")
-    script = " && ".join(stage) + ' && exec "$@"'
+        source = f"--no-canonicalize --bind /proc/self/fd/{fd[i]}" if i in fd else f"--bind {shlex.quote(path)}"
+        stage.append(f"mkdir /tmp/{i} && {tools['mount']} {source} /tmp/{i}")
+    close = "".join(f" {fd[i]}<&-" for i in hidden)
+    script = " && ".join(stage) + f' && exec "$@"{close}'
     return [tools["unshare"], "--mount", "--propagation", "private", "/bin/sh", "-c", script, "arlgym-sandbox",
             tools["setpriv"], f"--reuid={SANDBOX_UID}", f"--regid={SANDBOX_UID}", "--clear-groups", "--", *args]
 
@@ -191,12 +210,16 @@ def isolation_mode(python: str) -> str:
 
 
 def _probe(python: str, mode: str) -> str | None:
-    check = ("import os\nprint(os.getpid(), os.getuid() != 0, sorted(os.listdir('/proc'))[:1], "
-             "open('/proc/self/status').read().split('CapEff:')[1].split()[0])")
-    expected = "1 True ['1'] 0000000000000000"
+    # the last field: the cell still reaches the interpreter's files (its stdlib), which it
+    # opens at its first import of a module the warm server had not loaded
+    check = ("import os, sys\nprint(os.getpid(), os.getuid() != 0, sorted(os.listdir('/proc'))[:1], "
+             "open('/proc/self/status').read().split('CapEff:')[1].split()[0], "
+             "all(os.path.isdir(p) for p in (sys.prefix, sys.base_prefix)))")
+    expected = "1 True ['1'] 0000000000000000 True"
     server = None
     try:
-        server = ForkServer(server_command(python, mode), CELL_ENV, "", preload=(), start_timeout=60)
+        server = ForkServer(server_command(python, mode), CELL_ENV, "", preload=(), start_timeout=60,
+                            cell_binds=cell_binds(python))
         reply = server.run({"code": check, "timeout": 30, "limits": {}, "max_output": 4096,
                             "isolate": True, "tmp_mb": 16})
         if reply.get("setup_error"):
@@ -216,14 +239,25 @@ def _probe(python: str, mode: str) -> str | None:
 _PRIVATE_MOUNTS = ("/tmp", "/dev/shm")
 
 
-def _paths_under_private_mounts(python: str) -> str | None:
-    """The first of the interpreter's directories that a cell's private ``/tmp`` or ``/dev/shm``
-    would hide (a venv in a checkout under /tmp), or ``None``. Checked before the probe, whose
-    cell is forked from the warm server and so never opens an interpreter file again."""
-    for path in _interpreter_paths(python):
-        for resolved in {os.path.realpath(path), os.path.abspath(path)}:
-            if any(resolved == m or resolved.startswith(m + "/") for m in _PRIVATE_MOUNTS):
-                return resolved
+def _under(path: str, top: str) -> bool:
+    return path == top or path.startswith(top.rstrip("/") + "/")
+
+
+def cell_binds(python: str) -> tuple[str, ...]:
+    """The interpreter's directories that a cell's private ``/tmp`` or ``/dev/shm`` would hide
+    (a venv under /tmp): each cell binds them again, read-only, over its own tmpfs — the same
+    directories the server already sees, nothing else of the host's ``/tmp``."""
+    binds = _minimal_binds(_interpreter_paths(python))
+    return tuple(b for b in binds if any(_under(b, m) and b != m for m in _PRIVATE_MOUNTS))
+
+
+def _exposing_bind(python: str) -> str | None:
+    """An interpreter directory that cannot be bound without showing the sandbox far more than
+    the interpreter (``/``, or all of ``/tmp`` or ``/dev/shm``: an interpreter file lying
+    directly in one of them), or ``None``."""
+    for path in _minimal_binds(_interpreter_paths(python)):
+        if path == "/" or any(_under(m, path) for m in _PRIVATE_MOUNTS):
+            return path
     return None
 
 
@@ -241,10 +275,10 @@ def isolation_problem(python: str) -> str | None:
             problem = "isolation needs Linux >= 5.3 (user namespaces, pidfd_open)"
         elif find_bwrap() is None:
             problem = "bubblewrap (`bwrap`) is not installed"
-        elif hidden := _paths_under_private_mounts(python):
-            problem = (f"the interpreter {python} lives under {hidden}, where every cell mounts its own "
-                       f"private tmpfs, so a cell could not load it. Fix: install arlgym in a virtual "
-                       f"environment outside {' and '.join(_PRIVATE_MOUNTS)}")
+        elif exposing := _exposing_bind(python):
+            problem = (f"the interpreter {python} needs the whole directory {exposing}, and binding it "
+                       f"would show code cells every host file there. Fix: use a virtual environment "
+                       f"in a directory of its own (`python -m venv /tmp/arlgym-venv` is fine)")
         else:
             pinned = os.environ.get(MODE_VARIABLE)
             modes = [pinned] if pinned else ["user", "root"] if os.geteuid() == 0 else ["user"]
@@ -265,8 +299,8 @@ def require_isolation(python: str) -> None:
     """Raise :class:`~arlgym.errors.MissingDependency` naming what is missing and the fix."""
     problem = isolation_problem(python)
     if problem is not None:
-        # the interpreter-under-/tmp problem names its own fix; the bubblewrap hint would mislead
-        fix = "" if _paths_under_private_mounts(python) else f" Fix: {INSTALL_HINT}"
+        # the whole-/tmp problem names its own fix; the bubblewrap hint would mislead
+        fix = "" if _exposing_bind(python) else f" Fix: {INSTALL_HINT}"
         raise MissingDependency(f"the TIR sandbox cannot isolate code cells on this machine: {problem}.{fix}")
 
 

@@ -209,7 +209,9 @@ class _Server:
             env = dict(_iso.CELL_ENV, HOME=_scratch_root() or tempfile.gettempdir(),
                        TMPDIR=_scratch_root() or tempfile.gettempdir())
         try:
-            self.client = _in_launcher_thread(lambda: ForkServer(command, env, FINAL_ANSWER_SOURCE))
+            binds = _iso.cell_binds(python) if isolated else ()
+            self.client = _in_launcher_thread(lambda: ForkServer(command, env, FINAL_ANSWER_SOURCE,
+                                                                 cell_binds=binds))
         except BaseException:
             if self.cgroup is not None:
                 self.cgroup.remove()

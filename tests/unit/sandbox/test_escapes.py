@@ -236,6 +236,57 @@ print(json.dumps({{'writes': writes, 'reads': reads}}))
     assert not any(t.exists() for t in targets)
 
 
+@pytest.mark.parametrize("mode", ["user", "root"])
+def test_a_venv_under_tmp_is_seen_read_only_and_nothing_else_of_tmp(mode, monkeypatch):
+    """A venv under /tmp (a checkout there): the server binds only that venv of the host's /tmp,
+    and each cell binds it again over its private tmpfs, read-only. A secret file beside the
+    venv stays invisible, the venv cannot be written, a stdlib module the warm server had not
+    imported still loads."""
+    import tempfile
+    import venv
+
+    if mode == "root" and os.geteuid() != 0:
+        pytest.skip("the privileged fallback mode is for root")
+    monkeypatch.setenv(isolation.MODE_VARIABLE, mode)
+    monkeypatch.setattr(isolation, "_PROBED", {})
+    monkeypatch.setattr(isolation, "_MODES", {})
+    top = Path(tempfile.mkdtemp(prefix="arlgym-venv-", dir="/tmp"))
+    try:
+        (top / "api_key.txt").write_text(SECRET)
+        venv.create(top / "venv", symlinks=True, with_pip=False)
+        python = str(top / "venv" / "bin" / "python")
+        assert isolation.isolation_problem(python) is None
+        assert isolation.isolation_mode(python) == mode
+        assert isolation.cell_binds(python) == (str(top / "venv"),)
+        sandbox = PythonSandbox(python=python, timeout=10.0, memory_mb=256)
+        try:
+            for _ in range(2):  # the first cell and a spare forked ahead of its request
+                seen = _json(sandbox, f"""
+import json, os, sys
+import decimal, statistics  # not imported by the warm server: read from the stdlib now
+try:
+    open({str(top / "venv" / MARKER)!r}, "w"); venv_write = "written"
+except OSError as e:
+    venv_write = type(e).__name__
+try:
+    secret = open({str(top / "api_key.txt")!r}).read()
+except OSError as e:
+    secret = type(e).__name__
+print(json.dumps({{"prefix": sys.prefix, "beside": sorted(os.listdir({str(top)!r})), "secret": secret,
+                  "venv_write": venv_write, "mean": float(statistics.mean([1, 2])),
+                  "tmp": [d for d in os.listdir("/tmp")]}}))
+""")
+                assert seen["prefix"] == str(top / "venv")
+                assert seen["beside"] == ["venv"] and seen["secret"] == "FileNotFoundError", seen
+                assert seen["venv_write"] in ("OSError", "PermissionError"), seen
+                assert seen["mean"] == 1.5 and seen["tmp"] == [top.name]
+        finally:
+            sandbox.close()
+        assert not (top / "venv" / MARKER).exists()
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+
+
 def test_the_env_process_and_the_fork_server_cannot_be_signalled(box):
     seen = _json(box, f"""
 import json, os, signal
