@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from arlgym.core.validation import check_float, check_int, check_str
-from arlgym.errors import ArlgymError, ConfigError, MissingDependency
+from arlgym.errors import ConfigError, MissingDependency
 from arlgym.evaluation.held_out import format_held_out, held_out_report
 from arlgym.models import load_model_and_tokenizer
 from arlgym.rundir import check_settings, read_settings, settings_of, write_settings
