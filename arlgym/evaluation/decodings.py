@@ -18,7 +18,7 @@ __all__ = ["MODEL_POLICY_PREFIXES", "is_model_policy", "greedy_companion", "succ
            "paired_difference", "paired_on_tasks"]
 
 #: policy spec prefixes whose decoding is a choice (scripted policies have none)
-MODEL_POLICY_PREFIXES = ("hf:", "vllm:", "openai:")
+MODEL_POLICY_PREFIXES = ("hf:", "vllm:", "openai:", "openai-tools:")
 
 
 def is_model_policy(spec: str) -> bool:
