@@ -30,7 +30,8 @@ def _parse_kwargs(pairs: list[str]) -> dict[str, Any]:
 def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--policy", default="expert",
                    help="policy spec: expert | greedy (Sokoban teacher) | random | human | hf:<path|tiny|smollm2-135m> | "
-                        "vllm:<path> | openai:<base_url>#<model> (default: expert)")
+                        "vllm:<path> | openai:<base_url>#<model> | openai-tools:<base_url>#<model> "
+                        "(the model calls the env's act tool) (default: expert)")
     p.add_argument("--episodes", type=int, default=20, help="number of episodes (default: 20)")
     add_env_kwargs(p)
     p.add_argument("--temperature", type=float, default=0.0,

@@ -21,6 +21,10 @@
    what MCP adds over the ``/ws`` step. Then a burst: ``--burst`` new sessions at once, each
    connecting to ``/ws``, resetting and stepping once (p50/p99 from connect to the step's
    answer; best of 3 bursts, each on a fresh server).
+7. Burst over processes (``--parts burst``): ``--burst`` new Sokoban sessions at once against
+   ``arlgym serve --processes p`` for each of ``--burst-processes`` (default 1 and 2), in
+   alternating rounds on fresh servers; p50/p99 per round, and the CPU milliseconds the server
+   processes (all of them) and the load generator spent per session.
 4. ALFWorld rollouts of the expert policy through the rollout collector: a remote vector env on
    two servers (``--vec-workers`` env processes each) vs local worker processes (twice
    ``--vec-workers``, so both sides step the same number of env processes); both collectors
@@ -36,6 +40,7 @@ figure: the throughput is a lower bound of the server's.
     python bench/bench_serve.py --parts vector       # only part 4
     python bench/bench_serve.py --parts cpu          # only part 5
     python bench/bench_serve.py --parts mcp          # only part 6
+    python bench/bench_serve.py --parts burst --burst 200   # only part 7
 """
 
 from __future__ import annotations
@@ -68,6 +73,7 @@ def response(rng: random.Random) -> str:
 
 def start_server(envs: list[str], max_sessions: int, workers: int = 1,
                  extra: tuple[str, ...] = ()) -> tuple[subprocess.Popen, str]:
+    """``arlgym serve`` on a free port; ``extra`` flags, e.g. ``("--processes", "2")``."""
     cmd = [sys.executable, "-m", "arlgym.cli", "serve", "--port", "0", "--workers", str(workers),
            "--max-sessions", str(max_sessions), *extra]
     for env_id in envs:
@@ -80,6 +86,8 @@ def start_server(envs: list[str], max_sessions: int, workers: int = 1,
     if not match:
         proc.kill()
         raise SystemExit(f"the server did not start: {line}{proc.stdout.read()}")
+    pids = re.search(r"pids ([\d ]+)", line)  # --processes > 1: every server process
+    proc.server_pids = [int(p) for p in pids.group(1).split()] if pids else [proc.pid]  # type: ignore[attr-defined]
     return proc, match.group(1)
 
 
@@ -96,6 +104,18 @@ def cpu_seconds(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as fh:
         fields = fh.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_of(pids: list[int]) -> float:
+    """CPU seconds of the processes ``pids`` and their live children (env worker processes)."""
+    every = set(pids)  # a sibling server process is also the first one's child: count it once
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/task/{pid}/children") as fh:
+                every.update(int(c) for c in fh.read().split())
+        except OSError:
+            pass
+    return sum(cpu_seconds(pid) for pid in every)
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -234,6 +254,37 @@ async def burst(url: str, sessions: int) -> dict[str, float]:
     lat = await asyncio.gather(*(one(i) for i in range(sessions)))
     return {"sessions": sessions, "p50_ms": pct(lat, 0.5) * 1e3, "p99_ms": pct(lat, 0.99) * 1e3,
             "max_ms": max(lat) * 1e3}
+
+
+def burst_processes(sessions: int, rounds: int, processes: list[int]) -> dict[str, object]:
+    """Part 7: a burst of ``sessions`` new Sokoban sessions (connect + reset + step at once)
+    against ``arlgym serve --processes p`` for each ``p``, in alternating rounds on fresh
+    servers (so every setting sees the same machine load); the p50/p99 of each round, and the
+    CPU seconds the server processes and this client spent per session (from ``/proc`` and
+    ``time.process_time``: robust to other jobs where the latency is not)."""
+    runs: dict[int, list[dict[str, float]]] = {p: [] for p in processes}
+    for _ in range(rounds):
+        for p in processes:
+            proc, url = start_server(["arl/Sokoban-v0"], sessions + 8,
+                                     extra=("--processes", str(p)))
+            try:
+                pids = proc.server_pids  # type: ignore[attr-defined]
+                s0, c0 = cpu_of(pids), time.process_time()
+                r = asyncio.run(burst(url, sessions))
+                r["server_cpu_ms_per_session"] = (cpu_of(pids) - s0) * 1e3 / sessions
+                r["client_cpu_ms_per_session"] = (time.process_time() - c0) * 1e3 / sessions
+                r["server_pids"] = len(pids)
+                runs[p].append(r)
+            finally:
+                proc.terminate()
+                proc.wait(timeout=30)
+    out: dict[str, object] = {"sessions": sessions, "rounds": rounds}
+    for p, rs in runs.items():
+        out[f"processes_{p}"] = {
+            **{k: statistics.median(r[k] for r in rs) for k in (
+                "p50_ms", "p99_ms", "server_cpu_ms_per_session", "client_cpu_ms_per_session")},
+            "best_p99_ms": min(r["p99_ms"] for r in rs), "runs": rs}
+    return out
 
 
 async def _client(ws, rng: random.Random, stop: float, lat: list[float],
@@ -398,10 +449,14 @@ def main() -> None:
                     help="part 4: env processes per server (the local side gets twice this)")
     ap.add_argument("--cpu-rounds", type=int, default=3,
                     help="part 5: alternating load rounds per server (median reported)")
-    ap.add_argument("--parts", nargs="+", default=["server", "vector", "cpu", "mcp"],
-                    choices=["server", "vector", "cpu", "mcp"],
+    ap.add_argument("--parts", nargs="+", default=["server", "vector", "cpu", "mcp", "burst"],
+                    choices=["server", "vector", "cpu", "mcp", "burst"],
                     help="server: parts 1-3 (one server); vector: part 4; cpu: part 5; mcp: "
-                         "part 6 (default: all)")
+                         "part 6; burst: part 7 (default: all)")
+    ap.add_argument("--burst-processes", type=int, nargs="+", default=[1, 2],
+                    help="part 7: the --processes settings compared (default: 1 2)")
+    ap.add_argument("--burst-rounds", type=int, default=3,
+                    help="part 7: alternating rounds per setting, each on a fresh server")
     ap.add_argument("--burst", type=int, default=200,
                     help="part 6: new sessions opened at once in the burst")
     ap.add_argument("--out", type=Path, default=None, help="write the figures as JSON here")
@@ -455,6 +510,17 @@ def main() -> None:
               f"tool on WebSocket /mcp {r['ws_mcp_p50_ms']:.3f} ms "
               f"(+{r['ws_mcp_added_p50_ms']:.3f}) | on POST /mcp {r['http_mcp_p50_ms']:.3f} ms "
               f"(+{r['http_mcp_added_p50_ms']:.3f})", flush=True)
+    if "burst" in args.parts:
+        b = out["burst_processes"] = burst_processes(args.burst, args.burst_rounds,
+                                                     args.burst_processes)
+        for p in args.burst_processes:
+            r = b[f"processes_{p}"]
+            p99s = ", ".join(f"{x['p99_ms']:.0f}" for x in r["runs"])
+            print(f"burst of {args.burst} new Sokoban sessions, --processes {p}: p50 "
+                  f"{r['p50_ms']:.0f} ms, p99 {r['p99_ms']:.0f} ms (median of {args.burst_rounds}"
+                  f" rounds; p99s {p99s} ms); CPU per session: server "
+                  f"{r['server_cpu_ms_per_session']:.2f} ms, client "
+                  f"{r['client_cpu_ms_per_session']:.2f} ms", flush=True)
     out["load_avg_at_end"] = os.getloadavg()
     print(f"machine: {out['cpus']} CPUs, load average {out['load_avg_at_start'][0]:.2f} at start, "
           f"{out['load_avg_at_end'][0]:.2f} at end (server and clients share it)")

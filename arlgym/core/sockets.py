@@ -15,10 +15,17 @@ from arlgym.errors import ConfigError
 __all__ = ["listening_socket", "serve_until_interrupted"]
 
 
-def listening_socket(host: str, port: int, *, backlog: int, purpose: str) -> socket.socket:
-    """A socket listening on ``host:port``; ``purpose`` says what for, in the error."""
+def listening_socket(host: str, port: int, *, backlog: int, purpose: str,
+                     reuse_port: bool = False) -> socket.socket:
+    """A socket listening on ``host:port``; ``purpose`` says what for, in the error.
+
+    ``reuse_port``: set ``SO_REUSEPORT``, so several processes each bind a socket of their own
+    to one port and the kernel spreads new connections over them (``arlgym serve
+    --processes``); every socket on the port must set it."""
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if reuse_port:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     try:
         sock.bind((host, port))
     except OSError as e:

@@ -21,7 +21,7 @@ __all__ = ["DECODINGS", "MODEL_POLICY_PREFIXES", "is_model_policy", "greedy_comp
 DECODINGS = ("greedy", "sampled")
 
 #: policy spec prefixes whose decoding is a choice (scripted policies have none)
-MODEL_POLICY_PREFIXES = ("hf:", "vllm:", "openai:")
+MODEL_POLICY_PREFIXES = ("hf:", "vllm:", "openai:", "openai-tools:")
 
 
 def is_model_policy(spec: str) -> bool:

@@ -2,7 +2,8 @@
 
 ``make_policy(spec)`` builds one from a spec string, the same everywhere (CLI, SFT, eval):
 ``expert``, ``greedy``, ``random``, ``human``, ``hf:<path|alias>``, ``vllm:<path>``,
-``openai:<base_url>#<model>``.
+``openai:<base_url>#<model>``, ``openai-tools:<base_url>#<model>`` (the model calls the
+env's ``act`` tool).
 """
 
 from arlgym.policies.base import Completion, Policy, SamplingParams, prompt_text

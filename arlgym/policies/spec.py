@@ -23,6 +23,8 @@ POLICY_KINDS: dict[str, str] = {
     "hf:<path|alias>": "a Hugging Face model (hub id, local dir, 'tiny', 'smollm2-135m') with model.generate",
     "vllm:<path>": "a vLLM offline engine (GPU; pip install 'arlgym[vllm]')",
     "openai:<base_url>#<model>": "any OpenAI-compatible /v1/chat/completions endpoint",
+    "openai-tools:<base_url>#<model>": "the same, the model playing by calling the env's act "
+                                       "tool (no <think>/<action> text; docs/serving.md)",
 }
 
 
@@ -89,15 +91,17 @@ def make_policy(spec: str, **kwargs: Any):
                     f"{kind}:<p>:<spec>, e.g. {kind}:0.3:expert")
             return SlipPolicy(make_policy(base), prob, seed=kwargs.pop("seed", None),
                               reasoning="keep" if kind == "slips" else "match")
-        if kind == "openai":
+        if kind in ("openai", "openai-tools"):
             from arlgym.policies.openai import OpenAIPolicy
 
             base_url, hash_, model = rest.partition("#")
             if not hash_ or not model:
                 raise UnknownPolicyError(
-                    f"openai spec {spec!r} needs a model: openai:<base_url>#<model>, e.g. "
-                    "openai:http://localhost:8000/v1#Qwen/Qwen3-4B"
+                    f"{kind} spec {spec!r} needs a model: {kind}:<base_url>#<model>, e.g. "
+                    f"{kind}:http://localhost:8000/v1#Qwen/Qwen3-4B"
                 )
+            if kind == "openai-tools":
+                kwargs.setdefault("tool_calls", True)
             return OpenAIPolicy(base_url, model, **kwargs)
     options = "\n  ".join(f"{k:28s} {v}" for k, v in POLICY_KINDS.items())
     raise UnknownPolicyError(f"unknown policy spec {spec!r}; valid specs:\n  {options}")

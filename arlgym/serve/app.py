@@ -51,6 +51,7 @@ import base64
 import binascii
 import hmac
 import logging
+import os
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -96,6 +97,11 @@ class ServeConfig:
     #: the HTTP ``/reset``, ``/step`` and ``/state`` routes (an agent acts through MCP tools and
     #: WebSockets; it cannot reset or peek over plain HTTP)
     mode: str = "simulation"
+    #: this process's index among the server's ``processes`` (``arlgym serve --processes``):
+    #: each process holds its own sessions, and an HTTP session id names the process that
+    #: holds it, so a request that reaches another process is refused with a clear answer
+    process_index: int = 0
+    processes: int = 1
 
 
 class ServeApp:
@@ -111,6 +117,30 @@ class ServeApp:
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="arlgym-serve")
         self._reaper: asyncio.Task | None = None
         self.mcp = McpServer(self)
+        self.pid = os.getpid()
+
+    def new_sid(self) -> str:
+        """A new session id; with several server processes it ends in ``.<process index>``, so
+        any process can tell a session held by another from one that never existed."""
+        sid = _new_id()
+        return sid if self.config.processes == 1 else f"{sid}.{self.config.process_index}"
+
+    def elsewhere(self, sid: Any) -> RequestError | None:
+        """The refusal for a request naming a session this process does not hold but a sibling
+        process may (``--processes`` > 1); ``None`` when the id names none of them."""
+        if self.config.processes == 1 or not isinstance(sid, str):
+            return None
+        _, dot, index = sid.rpartition(".")
+        if not dot or not index.isdigit() or int(index) == self.config.process_index \
+                or int(index) >= self.config.processes:
+            return None
+        return RequestError(421, "MISDIRECTED_SESSION", f"session {sid[:6]}… lives in server "
+                            f"process {index} of {self.config.processes} (arlgym serve "
+                            f"--processes {self.config.processes}) and this request reached "
+                            f"process {self.config.process_index}: an HTTP session is "
+                            "reachable only over the connection that made it. Fix: keep one "
+                            "keep-alive connection per HTTP session, play over WebSocket /ws "
+                            "(a session per connection), or serve with --processes 1")
 
     # ------------------------------------------------------------------ ASGI entry
     async def __call__(self, scope: dict[str, Any], receive: Callable, send: Callable) -> None:
@@ -257,7 +287,8 @@ class ServeApp:
         if path == "/health":
             return {"status": "healthy", "sessions": len(self.sessions),
                     "max_sessions": self.config.max_sessions, "resets": self.resets,
-                    "steps": self.steps}
+                    "steps": self.steps, "pid": self.pid,
+                    "process": self.config.process_index, "processes": self.config.processes}
         if path == "/metadata":
             import arlgym
 
@@ -284,7 +315,7 @@ class ServeApp:
         if path == "/reset":
             sid = data.pop("session_id", None)
             if sid is None:
-                session = Session(sid=_new_id(), kind="http")
+                session = Session(sid=self.new_sid(), kind="http")
             else:
                 session = self._http_session(sid)
             return await self._reset(session, data)
@@ -317,6 +348,8 @@ class ServeApp:
             raise RequestError(400, "SESSION_ERROR", "this request needs 'session_id': the one "
                                "returned in observation.session_id by POST /reset")
         session = self.sessions.get(sid)
+        if session is None and (misdirected := self.elsewhere(sid)) is not None:
+            raise misdirected
         if session is None or session.kind != "http":
             raise RequestError(404, "SESSION_ERROR", "unknown session_id (never created, closed, "
                                f"or expired after ttl={self.config.ttl:g} s idle). Fix: POST "
@@ -339,7 +372,7 @@ class ServeApp:
                                          "/mcp (MCP JSON-RPC)")
             return
         await send({"type": "websocket.accept"})
-        session, attached = Session(sid=_new_id(), kind="ws"), False
+        session, attached = Session(sid=self.new_sid(), kind="ws"), False
         query = parse_qs(scope["query_string"].decode("latin-1"))
         if path == "/ws" and "session_id" in query:  # OpenEnv's MCP client: attach to a session
             try:
@@ -401,6 +434,8 @@ class ServeApp:
         ``openenv/session/create``), now driven by one WebSocket (OpenEnv's ``MCPToolClient``
         shares one session between ``/ws`` and ``POST /mcp`` this way)."""
         session = self.sessions.get(sid)
+        if session is None and (misdirected := self.elsewhere(sid)) is not None:
+            raise misdirected
         if session is None or session.kind != "http":
             raise RequestError(404, "SESSION_ERROR", "Unknown session_id: the one to attach "
                                "(?session_id=) comes from openenv/session/create on POST /mcp "
@@ -533,7 +568,7 @@ class ServeApp:
     def _state(self, session: Session) -> dict[str, Any]:
         return {"episode_id": session.episode_id, "step_count": session.steps,
                 "session_id": session.sid, "env": session.env_id, "seed": session.seed,
-                "task_id": session.task_id, "done": session.done}
+                "task_id": session.task_id, "done": session.done, "server_pid": self.pid}
 
     def _reset_args(self, data: dict[str, Any]) -> tuple[str, int | None, dict | None, str | None]:
         _check_keys(data, RESET_KEYS, "the reset data")
@@ -652,7 +687,9 @@ _SCHEMA = {
     "state": {"title": "ArlgymState", "type": "object", "properties": {
         "episode_id": {"type": ["string", "null"]}, "step_count": {"type": "integer"},
         "session_id": {"type": "string"}, "env": {"type": ["string", "null"]},
-        "seed": {"type": ["integer", "null"]}, "task_id": {}, "done": {"type": "boolean"}}},
+        "seed": {"type": ["integer", "null"]}, "task_id": {}, "done": {"type": "boolean"},
+        "server_pid": {"type": "integer", "description": "the server process holding the "
+                       "session (arlgym serve --processes)"}}},
 }
 
 

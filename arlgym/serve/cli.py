@@ -43,11 +43,15 @@ def _serve(args: argparse.Namespace) -> int:
                        port=args.port, token=token, insecure=args.insecure,
                        max_sessions=args.max_sessions, ttl=args.ttl, max_body=args.max_body,
                        workers=args.workers, threads=args.threads, timeout=args.timeout,
-                       inline_steps=not args.no_inline_steps, mode=args.mode)
+                       inline_steps=not args.no_inline_steps, mode=args.mode,
+                       processes=args.processes)
     guard = "token required" if token else (
         "loopback only" if is_loopback(args.host) else "NO token (--insecure)")
     print(f"arlgym serve: {', '.join(args.env)} on {server.url} ({guard}; at most "
-          f"{args.max_sessions} sessions, idle ones closed after {args.ttl:g} s). "
+          f"{args.max_sessions} sessions"
+          + (f" in each of {args.processes} processes, pids "
+             f"{' '.join(map(str, server.pids()))}" if args.processes > 1 else "")
+          + f", idle ones closed after {args.ttl:g} s). "
           f"OpenEnv clients: GenericEnvClient(base_url='{server.url}'). Ctrl-C stops.",
           flush=True)
     return serve_until_interrupted(server.serve_forever)
@@ -84,6 +88,12 @@ def add_subparser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentPa
     p.add_argument("--workers", type=int, default=None,
                    help="worker processes per env that is not thread-safe, e.g. ALFWorld "
                         "(default: min(4, CPUs))")
+    p.add_argument("--processes", type=int, default=1,
+                   help="server processes sharing the port, each with its own sessions (the "
+                        "kernel spreads new connections over them): more cores for bursts of "
+                        "new sessions. A WebSocket session lives in its connection's process; "
+                        "an HTTP session only over the connection that made it (another "
+                        "connection may reach another process: HTTP 421). Default: 1")
     p.add_argument("--threads", type=int, default=8,
                    help="threads stepping the thread-safe envs (default: 8)")
     p.add_argument("--timeout", type=float, default=300.0,

@@ -34,7 +34,7 @@ from typing import Any
 
 from arlgym.core.validation import did_you_mean
 from arlgym.serve.codec import JSONDecodeError, loads
-from arlgym.serve.sessions import NO_REPLY, RequestError, Session, _check_keys, _new_id
+from arlgym.serve.sessions import NO_REPLY, RequestError, Session, _check_keys
 
 __all__ = ["McpServer", "TOOLS", "RESERVED_TOOL_NAMES", "PROTOCOL_VERSIONS"]
 
@@ -113,6 +113,8 @@ class McpServer:
         bound = None
         if header_sid is not None:
             bound = self.app.sessions.get(header_sid)
+            if bound is None and (misdirected := self.app.elsewhere(header_sid)) is not None:
+                raise misdirected
             if bound is None or bound.kind != "http":  # MCP: 404 says "initialize again"
                 return 404, _error(INVALID_REQUEST, "unknown or expired Mcp-Session-Id: "
                                    "initialize again"), []
@@ -247,7 +249,7 @@ class McpServer:
                                 "says done; the reward of each turn is in the result."}
 
     def _new_session(self) -> Session:
-        session = Session(sid=_new_id(), kind="http")
+        session = Session(sid=self.app.new_sid(), kind="http")
         try:
             self.app.register(session)
         except RequestError as e:
@@ -256,6 +258,8 @@ class McpServer:
 
     def _session(self, sid: Any) -> Session:
         session = self.app.sessions.get(sid) if isinstance(sid, str) else None
+        if session is None and (misdirected := self.app.elsewhere(sid)) is not None:
+            raise _rpc_error(misdirected)
         if session is None or session.kind != "http":  # a WebSocket's session stays its own
             raise RpcError(INVALID_PARAMS, f"Unknown session_id: {str(sid)[:12]}… (create one "
                            "with openenv/session/create; sessions expire after "

@@ -75,6 +75,15 @@ class EnvServer:
             path, kept to measure against: ``bench/bench_serve.py --no-inline-steps``).
         mode: ``"simulation"`` (every route) or ``"production"`` (OpenEnv's production mode:
             no HTTP ``/reset``, ``/step``, ``/state``; agents play over ``/ws`` and MCP).
+        processes: server processes sharing the port (``SO_REUSEPORT``: the kernel spreads new
+            connections over them), this one and ``processes - 1`` started here. One process
+            runs its event loop, its resets and the WebSocket protocol on one core at a time
+            (the GIL); a burst of new sessions then queues behind it. Each process holds its
+            own sessions, env hosts and ``max_sessions``: a WebSocket session lives in the
+            process of its connection, and an HTTP session is reachable only over the
+            connection that made it (elsewhere: HTTP 421, ``MISDIRECTED_SESSION``).
+        process_index: which of the ``processes`` this one is (0: the one that starts the
+            others; set by it for the others).
     """
 
     def __init__(self, envs: dict[str, dict[str, Any]], host: str = "127.0.0.1", port: int = 0,
@@ -82,7 +91,7 @@ class EnvServer:
                  ttl: float = 600.0, max_body: int = 1 << 20, workers: int | None = None,
                  threads: int = 8, timeout: float = 300.0, backlog: int = 2048,
                  check_envs: bool = True, inline_steps: bool = True,
-                 mode: str = "simulation") -> None:
+                 mode: str = "simulation", processes: int = 1, process_index: int = 0) -> None:
         try:
             import uvicorn
             import websockets  # noqa: F401  (uvicorn's WebSocket protocol)
@@ -107,11 +116,13 @@ class EnvServer:
         max_body = check_int("max_body", max_body, min=1024, example=1 << 20)
         threads = check_int("threads", threads, min=1, example=8)
         workers = check_int("workers", workers, min=1, allow_none=True, example=2)
+        processes = check_int("processes", processes, min=1, example=2)
         envs = {env_id: dict(kwargs or {}) for env_id, kwargs in envs.items()}
         if check_envs:
             for env_id, kwargs in envs.items():
                 check_env_kwargs(env_id, kwargs, name=f"--env-kwarg of {env_id}")
-        self._socket = listening_socket(host, port, backlog=backlog, purpose="listen")
+        self._socket = listening_socket(host, port, backlog=backlog, purpose="listen",
+                                        reuse_port=processes > 1)
         # accepted connections inherit TCP_NODELAY: uvicorn writes an HTTP answer's head and
         # body apart, and with Nagle's algorithm the body waited for the client's delayed ACK,
         # ~40 ms on every keep-alive request (POST /mcp from OpenEnv's MCP client: 50 -> 3 ms)
@@ -126,7 +137,8 @@ class EnvServer:
         inline = frozenset(e for e in envs if inline_steps and _cheap_step(e))
         self.app = ServeApp(ServeConfig(envs=envs, token=token, max_sessions=max_sessions,
                                         ttl=ttl, max_body=max_body, inline_steps=inline,
-                                        mode=mode),
+                                        mode=mode, process_index=process_index,
+                                        processes=processes),
                             hosts, threads=threads)
         self._server = uvicorn.Server(uvicorn.Config(
             self.app, interface="asgi3", lifespan="on", loop="asyncio", http="httptools",
@@ -139,6 +151,55 @@ class EnvServer:
             headers=[("Server", "arlgym-serve")], timeout_keep_alive=60,
             timeout_graceful_shutdown=2))
         self._thread: threading.Thread | None = None
+        self._siblings: list[tuple[Any, Any]] = []  # (process, pipe) of the other processes
+        if processes > 1 and process_index == 0:
+            self._start_siblings(envs, dict(
+                host=host, port=self.port, token=token, insecure=insecure,
+                max_sessions=max_sessions, ttl=ttl, max_body=max_body, workers=workers,
+                threads=threads, timeout=timeout, backlog=backlog, check_envs=check_envs,
+                inline_steps=inline_steps, mode=mode, processes=processes))
+
+    def _start_siblings(self, envs: dict[str, dict[str, Any]], kwargs: dict[str, Any]) -> None:
+        """Start the other server processes (``spawn``: no threads of this one are copied) and
+        wait until each serves, so the first burst of connections finds them all listening."""
+        import multiprocessing as mp
+
+        ctx = mp.get_context("spawn")
+        try:
+            for index in range(1, kwargs["processes"]):
+                here, there = ctx.Pipe()
+                proc = ctx.Process(target=_sibling_main, args=(envs, kwargs, index, there),
+                                   daemon=True, name=f"arlgym-serve-{index}")
+                proc.start()
+                there.close()
+                self._siblings.append((proc, here))
+            for index, (_, here) in enumerate(self._siblings, start=1):
+                if not here.poll(120):
+                    raise RuntimeError(f"server process {index} did not start within 120 s")
+                status, detail = here.recv()
+                if status != "ok":
+                    raise RuntimeError(f"server process {index} failed to start: {detail}")
+        except BaseException:
+            self._close_hosts()  # the siblings started so far, this one's hosts and socket
+            raise
+
+    def pids(self) -> list[int]:
+        """The server processes' ids, this one first."""
+        return [os.getpid()] + [proc.pid for proc, _ in self._siblings]
+
+    def _stop_siblings(self) -> None:
+        for _, here in self._siblings:
+            try:
+                here.send("stop")
+            except (OSError, BrokenPipeError):
+                pass
+        for proc, here in self._siblings:
+            proc.join(timeout=10)
+            if proc.is_alive():
+                proc.kill()
+                proc.join(timeout=5)
+            here.close()
+        self._siblings = []
 
     @property
     def url(self) -> str:
@@ -176,6 +237,7 @@ class EnvServer:
         if getattr(self, "_closed", False):
             return
         self._closed = True
+        self._stop_siblings()
         self.app.shutdown()
         for host in {id(h): h for h in self._hosts.values()}.values():
             host.shutdown()
@@ -189,3 +251,23 @@ class EnvServer:
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
+
+
+def _sibling_main(envs: dict[str, dict[str, Any]], kwargs: dict[str, Any], index: int,
+                  conn: Any) -> None:
+    """One more server process on the port: serve until the first process says stop or goes
+    away (its end of the pipe closes)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C: the first process stops us
+    try:
+        server = EnvServer(envs, process_index=index, **kwargs).start()
+    except BaseException as e:  # noqa: BLE001 - reported to the first process
+        conn.send(("error", f"{type(e).__name__}: {e}"))
+        return
+    conn.send(("ok", os.getpid()))
+    try:
+        conn.recv()
+    except (EOFError, OSError):
+        pass
+    server.stop()

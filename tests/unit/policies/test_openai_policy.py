@@ -13,7 +13,8 @@ from arlgym.policies import SamplingParams, make_policy
 
 
 class _Script:
-    """What the stub answers, in order: ("ok", text) | ("500",) | ("slow", seconds, text) | ("404",)."""
+    """What the stub answers, in order: ("ok", text) | ("500",) | ("slow", seconds, text) |
+    ("404",) | ("tool", arguments JSON, content): a reply calling the act tool."""
 
     def __init__(self):
         self.plan = []
@@ -46,9 +47,14 @@ def server():
                 return
             if step[0] == "slow":
                 time.sleep(step[1])
-            text = step[-1]
-            payload = json.dumps({"choices": [{"message": {"role": "assistant", "content": text},
-                                               "finish_reason": "stop"}],
+            if step[0] == "tool":  # ("tool", arguments as sent, content): an act tool call
+                message = {"role": "assistant", "content": step[2], "tool_calls": [
+                    {"id": "call_1", "type": "function",
+                     "function": {"name": "act", "arguments": step[1]}}]}
+                finish = "tool_calls"
+            else:
+                message, finish = {"role": "assistant", "content": step[-1]}, "stop"
+            payload = json.dumps({"choices": [{"message": message, "finish_reason": finish}],
                                   "usage": {"completion_tokens": 3}}).encode()
             try:
                 self.send_response(200)
@@ -125,3 +131,68 @@ def test_spec_errors():
         make_policy("openai:http://localhost:1/v1")
     with pytest.raises(UnknownPolicyError, match="valid specs"):
         make_policy("gpt4")
+
+
+def test_tool_call_mode_sends_the_act_tool_and_reads_the_call(server):
+    url, script = server
+    script.plan = [("tool", '{"action": "left"}', "moving"),
+                   ("tool", '{"response": "<think>a</think><action>up</action>"}', None),
+                   ("ok", "<think>no tool</think><action>up</action>"),
+                   ("tool", '{"action": "up", "response": "x"}', None),
+                   ("tool", "not json", None)]
+    policy = make_policy(f"openai-tools:{url}#m")
+    assert policy.name == "openai-tools:m"
+    got = [policy.generate([f"p{i}"])[0] for i in range(5)]
+    assert [c.text for c in got] == ["<think></think><action>left</action>",
+                                     "<think>a</think><action>up</action>", "", "", ""]
+    assert [c.meta["tool_format"] for c in got] == ["action", "response", "no_tool_call",
+                                                    "bad_arguments", "bad_arguments"]
+    assert got[0].meta["content"] == "moving" and got[0].finish_reason == "tool_calls"
+    assert got[2].meta["tool_call"] is None
+    body = script.requests[0][1]
+    [tool] = body["tools"]
+    assert tool["type"] == "function" and tool["function"]["name"] == "act"
+    assert set(tool["function"]["parameters"]["properties"]) == {"response", "action"}
+    assert body["tool_choice"] == "auto"
+    assert body["messages"][0]["role"] == "system" and "`act`" in body["messages"][0]["content"]
+    assert body["messages"][1] == {"role": "user", "content": "p0"}
+    plain = make_policy(f"openai:{url}#m")  # the text mode sends no tools
+    plain.generate(["q"])
+    assert "tools" not in script.requests[-1][1]
+
+
+def test_eval_through_tool_calls_applies_the_format_penalty_by_its_rules(server, tmp_path):
+    """``arlgym eval --policy openai-tools:…`` on Sokoban: a move given as the tool's action is
+    well-formed (no penalty) whatever the content says; a reply without a tool call and a
+    malformed response argument are format errors; every step equals the in-process env
+    stepped with the same text."""
+    import gymnasium as gym
+
+    import arlgym  # noqa: F401
+    from arlgym.cli import main as arlgym_main
+
+    url, script = server
+    script.plan = [("tool", '{"action": "up"}', "I think <action>down</action>"),
+                   ("ok", "<think>t</think><action>left</action>"),
+                   ("tool", '{"response": "just right"}', None),
+                   ("tool", '{"response": "<think>t</think><action>down</action>"}', None)]
+    script.plan += [("tool", '{"action": "right"}', None)] * 20
+    out = tmp_path / "e.jsonl"
+    rc = arlgym_main(["eval", "--env", "arl/Sokoban-v0", "--policy", f"openai-tools:{url}#m",
+                      "--episodes", "1", "--out", str(out), "--no-progress"])
+    assert rc == 0
+    [episode] = [json.loads(line) for line in out.read_text().splitlines()]
+    steps = episode["steps"]
+    assert [s["response"] for s in steps[:4]] == [
+        "<think></think><action>up</action>", "", "just right",
+        "<think>t</think><action>down</action>"]
+    assert [s["format_valid"] for s in steps[:4]] == [True, False, False, True]
+    assert steps[0]["format_penalty"] == 0 and steps[1]["format_penalty"] > 0
+    assert steps[2]["format_penalty"] > 0 and steps[3]["format_penalty"] == 0
+    env = gym.make("arl/Sokoban-v0")
+    prompt, _ = env.reset(options={"task_id": episode["task_id"]})
+    for s in steps:
+        assert s["prompt"] == prompt
+        prompt, reward, term, trunc, info = env.step(s["response"])
+        assert s["step_reward"] == reward and s["format_valid"] == info["format_valid"]
+    assert term or trunc

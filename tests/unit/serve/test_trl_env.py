@@ -123,3 +123,76 @@ def test_vision_env_frames_reach_trl_as_image_blocks(remote):
             assert text["text"].startswith(info["raw_observation"])
         env._close()
     assert isinstance(ArlgymTRLEnv("arl/Sokoban-v0").reset(seed=4), str)  # text envs: text
+
+
+# tiny-vl's shipped chat template renders images (<image>, which its Idefics3 processor expands)
+# but no tool calls, which TRL's environment_factory requires ("The provided chat template does
+# not support tool calling"); this one adds Qwen3's tool-call format, which TRL's qwen3 response
+# template parses
+VL_TOOL_TEMPLATE = (
+    "{%- macro render(content) -%}{%- if content is string -%}{{- content -}}{%- else -%}"
+    "{%- for part in content -%}{%- if part['type'] == 'image' -%}{{- '<image>' -}}"
+    "{%- elif part['type'] == 'text' -%}{{- part['text'] -}}{%- endif -%}{%- endfor -%}"
+    "{%- endif -%}{%- endmacro -%}"
+    "{%- if tools %}{{- '<|im_start|>system\\n# Tools\\n<tools>' }}{%- for tool in tools %}"
+    "{{- '\\n' + (tool | tojson) }}{%- endfor %}{{- '\\n</tools><|im_end|>\\n' }}{%- endif %}"
+    "{%- for message in messages %}"
+    "{%- if message['role'] == 'assistant' %}{{- '<|im_start|>assistant\\n' }}"
+    "{%- generation %}{{- render(message['content']) }}"
+    "{%- for call in message.get('tool_calls') or [] %}{%- set f = call['function'] %}"
+    "{{- '<tool_call>\\n{\"name\": \"' + f['name'] + '\", \"arguments\": ' + (f['arguments'] "
+    "if f['arguments'] is string else (f['arguments'] | tojson)) + '}\\n</tool_call>' }}"
+    "{%- endfor %}{{- '<|im_end|>' }}{%- endgeneration %}{{- '\\n' }}"
+    "{%- elif message['role'] == 'tool' %}{{- '<|im_start|>user\\n<tool_response>\\n' "
+    "+ render(message['content']) + '\\n</tool_response><|im_end|>\\n' }}"
+    "{%- else %}{{- '<|im_start|>' + message['role'] + '\\n' + render(message['content']) "
+    "+ '<|im_end|>\\n' }}{%- endif %}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}")
+
+
+def test_grpo_trainer_feeds_the_vision_env_frames_to_the_tiny_vlm(tmp_path, monkeypatch):
+    """TRL's GRPOTrainer trains tiny-vl on SokobanVision through the adapter: the reset's image
+    block becomes pixels the model reads, when sampling (its encoded images) and in the loss
+    forward (pixel_values of the rendered frame)."""
+    import torch
+    from trl import GRPOConfig, GRPOTrainer
+    from trl.chat_template_utils import qwen3_template, supports_tool_calling
+
+    from arlgym.models import load_model_and_tokenizer, load_processor
+
+    monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
+    model, _ = load_model_and_tokenizer("tiny-vl", seed=0)
+    processor = load_processor("tiny-vl")
+    assert not supports_tool_calling(processor)  # why the test brings its own template
+    processor.chat_template = processor.tokenizer.chat_template = VL_TOOL_TEMPLATE
+    processor.tokenizer.response_template = qwen3_template
+    assert supports_tool_calling(processor)
+    forwards: list[dict] = []
+
+    def record(module, args, kwargs):
+        ids = kwargs.get("input_ids")
+        forwards.append({"grad": torch.is_grad_enabled(),
+                         "images": 0 if ids is None else int(
+                             (ids == model.config.image_token_id).sum()),
+                         "pixel_values": kwargs.get("pixel_values"),
+                         "encoded": kwargs.get("mm_encoder_outputs") is not None})
+
+    model.register_forward_pre_hook(record, with_kwargs=True)
+    config = GRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to="none",
+                        per_device_train_batch_size=2, num_generations=2,
+                        max_completion_length=8, max_steps=1, logging_steps=1,
+                        save_strategy="no", beta=0.0, disable_tqdm=True, seed=0,
+                        dataloader_num_workers=0, log_level="error")
+    trainer = GRPOTrainer(model=model, args=config, train_dataset=seed_dataset(4),
+                          environment_factory=environment_factory("arl/SokobanVision-v0"),
+                          processing_class=processor)
+    trainer.train()
+    assert any("rewards/ArlgymTRLEnv/mean" in row for row in trainer.state.log_history)
+    tokens_per_image = processor.image_seq_len
+    sampled = [f for f in forwards if not f["grad"] and f["images"]]
+    assert sampled and all(f["images"] == 2 * tokens_per_image for f in sampled)
+    assert all(f["encoded"] or f["pixel_values"] is not None for f in sampled)
+    trained = [f for f in forwards if f["grad"]]
+    assert trained and all(f["images"] == 2 * tokens_per_image for f in trained)
+    pixels = trained[0]["pixel_values"]
+    assert pixels is not None and pixels.shape[:2] == (2, 1) and pixels.abs().sum() > 0
