@@ -52,7 +52,10 @@ from pathlib import Path
 from typing import Any
 
 from arlgym.evaluation.decodings import paired_difference, paired_on_tasks, success_by_task
+from arlgym.policies import SamplingParams, make_policy
+from arlgym.policies.spec import seeded_policy
 from arlgym.rl import metrics as M
+from arlgym.rollout import load_jsonl
 
 __all__ = ["QuickstartConfig", "rl_phase_summary", "run_quickstart", "paired_difference",
            "choose_threads", "greedy_eval", "sampled_eval", "arena_spec", "read_arena_run",
@@ -217,7 +220,6 @@ def _test_rooms_eval(policy_spec_or_obj: Any, episodes: int, out: Path, temperat
     """Eval on the first ``episodes`` Sokoban rooms of ``split``, ``samples`` episodes a room:
     (overall summary, trajectories task by task in the eval list's order)."""
     from arlgym.evaluation.runner import evaluate
-    from arlgym.policies import SamplingParams, make_policy
 
     policy = make_policy(policy_spec_or_obj) if isinstance(policy_spec_or_obj, str) else policy_spec_or_obj
     sampling = SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k, max_new_tokens=24,
@@ -382,7 +384,6 @@ def read_arena_run(run: Any) -> dict[str, Any]:
     there is one, else the last), its test summary and wins per room, the metric rows and the
     report's collapse verdict."""
     from arlgym.arena.report import pick_checkpoint
-    from arlgym.rollout import load_jsonl
 
     checkpoint, summary = pick_checkpoint(run, "auto")
     best = run.evals.get("best", {}).get("best") if checkpoint == "best" else None
@@ -666,8 +667,6 @@ def _sft_phase(cfg: QuickstartConfig, out: Path, data: Path, same_recipe: bool, 
 
 def _baselines_phase(cfg: QuickstartConfig, out: Path) -> tuple[dict[str, dict], dict[str, float]]:
     """[3/5] Random moves and the teacher on the panel (their own sampling: one decoding)."""
-    from arlgym.policies.spec import seeded_policy
-
     print(f"[3/5] evaluating random moves and the teacher on {cfg.eval_episodes} {cfg.panel} "
           f"rooms ({_protocol_text(cfg)}); the SFT policy's evals (greedy and sampled, and the "
           f"choice of its decoding on {cfg.choice_episodes} val rooms) run beside the arena")

@@ -20,6 +20,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from arlgym.policies.hf import TOKEN_ALIGNED_KEYS, batch_image_inputs
 from arlgym.policies.special_tokens import truncate_at
 from arlgym.rl import metrics as M
 from arlgym.rl.logprobs import fused_logprobs, lm_head_passthrough, selective_logprobs
@@ -186,8 +187,6 @@ def _pack_images(samples: Sequence[TokenSample], p_max: int, r_max: int,
     if not all(with_images):
         raise ValueError("pack(): a micro-batch mixes turns with and without images; vision "
                          "envs give every turn an image")
-    from arlgym.policies.hf import TOKEN_ALIGNED_KEYS, batch_image_inputs
-
     out = batch_image_inputs([s.image_inputs for s in samples], total=p_max, left=True)
     for key in TOKEN_ALIGNED_KEYS:  # responses are text: zero type ids after the prompt
         if key in out:

@@ -15,6 +15,11 @@ from typing import Any
 from arlgym.core import validation as v
 from arlgym.core.validation import check_choice, did_you_mean, make_checked_env
 from arlgym.errors import ConfigError
+from arlgym.rl.advantages import NORM_MODES, compute_advantages
+from arlgym.rl.alarm import ON_COLLAPSE, REMEDY_NAMES
+from arlgym.rl.losses import policy_loss
+from arlgym.rl.presets import PRESETS
+from arlgym.rl.registry import ADVANTAGES, AGGREGATIONS, LOSSES
 
 __all__ = ["TrainConfig", "check_env"]
 
@@ -411,11 +416,6 @@ def _check_fields(cfg: TrainConfig) -> None:
 
 
 def _check_names(cfg: TrainConfig) -> None:
-    import arlgym.rl  # noqa: F401  (fills the registries)
-    from arlgym.rl.advantages import NORM_MODES
-    from arlgym.rl.presets import PRESETS
-    from arlgym.rl.registry import ADVANTAGES, AGGREGATIONS, LOSSES
-
     if cfg.algo not in PRESETS:
         raise ConfigError(f"{_WHERE}: algo={cfg.algo!r} is an unknown preset: expected one of "
                           f"{', '.join(PRESETS)}. Fix: pick one of those"
@@ -447,9 +447,6 @@ def _check_knobs(cfg: TrainConfig, presets: Any, advantages: Any, losses: Any) -
     """The keys of ``loss_kwargs``/``advantage_kwargs`` must be knobs of the chosen loss and
     estimator (or of ``policy_loss``/``compute_advantages``), else a typo would only surface
     after the model is loaded and a whole rollout is played."""
-    from arlgym.rl.advantages import compute_advantages
-    from arlgym.rl.losses import policy_loss
-
     preset = presets[cfg.algo]
     tensors = {"ref_logp", "entropy", "global_tokens", "num_seqs", "token_weights"}
     checks = [

@@ -58,6 +58,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs
 
+import arlgym
 from arlgym.core.validation import did_you_mean
 from arlgym.errors import ArlgymError, ConfigError, ResetNeeded, TaskNotFound
 from arlgym.serve.codec import JSONDecodeError, dumps, loads
@@ -259,8 +260,6 @@ class ServeApp:
                     "max_sessions": self.config.max_sessions, "resets": self.resets,
                     "steps": self.steps}
         if path == "/metadata":
-            import arlgym
-
             return {"name": "arlgym", "version": arlgym.__version__,
                     "description": "arlgym LLM-agent envs (" + ", ".join(self.config.envs)
                     + "): the action is the raw LLM response text; observation.metadata "
@@ -672,8 +671,6 @@ def openapi(mode: str, envs: list[str]) -> dict[str, Any]:
     """``GET /openapi.json``: the HTTP routes this server answers in ``mode`` (production drops
     ``/reset``, ``/step`` and ``/state``; ``openenv validate`` reads the mode from them).
     WebSocket routes (``/ws``, ``/mcp``) have no OpenAPI form; the description names them."""
-    import arlgym
-
     paths: dict[str, Any] = {
         "/health": {"get": _op("health, sessions held, resets and steps served")},
         "/metadata": {"get": _op("OpenEnv's EnvironmentMetadata")},

@@ -36,6 +36,8 @@ from typing import Any
 from arlgym.envs.servers import env_server_kwargs
 from arlgym.errors import ConfigError
 from arlgym.policies.base import Policy, SamplingParams
+from arlgym.policies.hf import vision_messages
+from arlgym.policies.spec import seeded_policy
 from arlgym.rollout import RolloutCollector, Trajectory
 from arlgym.rundir import PLACEMENT_NOT_SETTINGS, check_settings, settings_of
 
@@ -160,8 +162,6 @@ def _user_message(s: Any, episode: int, out: Path | None) -> tuple[dict[str, Any
     image paths relative to ``out``."""
     if s.image is None or out is None:
         return {"role": "user", "content": s.prompt}, []
-    from arlgym.policies.hf import vision_messages
-
     rel = f"images/{episode:07d}-{s.step:03d}.png"
     _write_png(out / rel, s.image)
     return vision_messages({"text": s.prompt})[0], [rel]
@@ -209,8 +209,6 @@ def collect_sft(cfg: CollectConfig, out: str | Path, policy: Policy | None = Non
         Statistics of the whole dataset (also written to the dataset card).
     """
     from tqdm.auto import tqdm
-
-    from arlgym.policies.spec import seeded_policy
 
     out = Path(out)
     meta_path = out / "meta.json"
