@@ -377,7 +377,7 @@ class Trainer:
         if self.cfg.async_rollouts:
             versions = [st.policy_version for t in trajs for st in t.steps]
             for s, v in zip(samples, versions, strict=True):
-                s.extra["staleness"] = self.step - int(v)
+                s.staleness = self.step - int(v)
         return samples, credit_metrics
 
     def _logprobs(self, model: Any, sub: list[TokenSample], with_entropy: bool):
@@ -426,13 +426,13 @@ class Trainer:
         self._sync_rollout_weights()
         metrics.update(env_metrics(rolled))
         if self.image_slot_ids:
-            metrics[M.IMAGE_SLOT_CUT] = float(sum("cut_at_image_slot" in s.extra for s in samples))
+            metrics[M.IMAGE_SLOT_CUT] = float(sum(s.cut_at_image_slot for s in samples))
         if recomputed:
             metrics.update(rollout_mismatch_metrics(samples))
         metrics.update(corr_metrics)
         metrics.update(credit_metrics)
         if self.cfg.async_rollouts:
-            metrics.update(staleness_metrics([s.extra["staleness"] for s in samples],
+            metrics.update(staleness_metrics([s.staleness for s in samples],
                                              self.cfg.max_staleness))
         metrics.update({k: float(v) for k, v in fmetrics.items()})
         if len(adv):
