@@ -253,7 +253,7 @@ def panel_eval(cfg: QuickstartConfig, policy_spec_or_obj: Any, out: Path, decodi
         samples=cfg.eval_samples if sampled else 1, seed=cfg.seed + 1234,
         top_p=cfg.eval_top_p if sampled else 1.0, top_k=cfg.eval_top_k if sampled else 0,
         kwargs=env_kwargs(cfg), progress=progress, split=split or cfg.panel)
-    return summary, _wins_by_room(trajs)
+    return summary, success_by_task(trajs)
 
 
 def protocol_eval(cfg: QuickstartConfig, policy_spec_or_obj: Any, out: Path, progress: bool = True
@@ -341,11 +341,6 @@ def sampled_eval(policy_spec_or_obj: Any, episodes: int, samples: int, out: Path
     return summary, [sum(v) / len(v) for v in rooms.values()]
 
 
-#: per-room success and the paired effect (kept under these names for the experiments)
-_wins_by_room = success_by_task
-_paired_on = paired_on_tasks
-
-
 def arena_spec(cfg: QuickstartConfig, sft_dir: Path, out: Path):
     """The RL phase as an arena grid: every preset of ``cfg.rl_algos`` × the quickstart's seed,
     from ``sft_dir``, one budget; the test eval of each run plays the quickstart's panel (the
@@ -390,7 +385,7 @@ def read_arena_run(run: Any) -> dict[str, Any]:
     return {"checkpoint": checkpoint,
             "best_step": best["step"] if best else max((int(r.get("step", 0)) for r in run.rows), default=0),
             "summary": summary, "rows": run.rows, "collapse": run.collapse,
-            "wins": _wins_by_room(load_jsonl(run.folder / "eval" / f"test-{checkpoint}.jsonl"))}
+            "wins": success_by_task(load_jsonl(run.folder / "eval" / f"test-{checkpoint}.jsonl"))}
 
 
 def _plot(sft_log: list[dict], runs: dict[str, dict[str, Any]], sft_test: float | None, path: Path,
@@ -750,13 +745,13 @@ def _report_phase(cfg: QuickstartConfig, out: Path, rows: dict[str, dict], teach
     if cfg.eval_episodes >= 2:
         base = wins["SFT"][best]
         for algo in cfg.rl_algos:
-            effects[algo] = {d: _paired_on(base, wins[algo][d]) for d in DECODINGS}
-        versus_teacher = {"SFT": _paired_on(teacher_wins, wins["SFT"][best]),
-                          **{a: _paired_on(teacher_wins, wins[a][best]) for a in cfg.rl_algos}}
+            effects[algo] = {d: paired_on_tasks(base, wins[algo][d]) for d in DECODINGS}
+        versus_teacher = {"SFT": paired_on_tasks(teacher_wins, wins["SFT"][best]),
+                          **{a: paired_on_tasks(teacher_wins, wins[a][best]) for a in cfg.rl_algos}}
         if len(cfg.rl_algos) >= 2:
             a, b = cfg.rl_algos[0], cfg.rl_algos[-1]
             versus = {"a": a, "b": b,
-                      "effect": {d: _paired_on(wins[a][d], wins[b][d]) for d in DECODINGS}}
+                      "effect": {d: paired_on_tasks(wins[a][d], wins[b][d]) for d in DECODINGS}}
     return {"rows": rows, "runs": runs, "effects": effects, "versus": versus,
             "versus_teacher": versus_teacher, "best": best, "choice": choice}
 

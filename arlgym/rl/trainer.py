@@ -75,15 +75,11 @@ from arlgym.rl.update import (
     PolicyUpdate,
     UpdateSettings,
     fill_logprobs,
-    micro_batches,
     old_from_rollout,
     sample_logprobs,
 )
 
 __all__ = ["Trainer", "resolve_algorithm", "seed_everything", "env_family", "sample_logprobs"]
-
-#: the old name of :func:`arlgym.rl.update.micro_batches`
-_micro_batches = micro_batches
 
 
 def env_family(env_id: str) -> str:
