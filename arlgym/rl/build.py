@@ -9,6 +9,7 @@ what it needs explicitly, and returns its part; none reaches into another's stat
 
 from __future__ import annotations
 
+import json
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,17 +19,17 @@ import torch
 
 from arlgym.envs.servers import env_server_kwargs as remote_kwargs
 from arlgym.errors import ConfigError
-from arlgym.policies.special_tokens import image_slot_token_ids
 from arlgym.models import is_vision_model, load_model_and_tokenizer, load_processor
+from arlgym.policies.special_tokens import image_slot_token_ids
 from arlgym.rl.config import TrainConfig
-
 from arlgym.rl.logprobs import logit_rows_budget, resolve_lm_head
 from arlgym.rl.lora import apply_lora
 from arlgym.rl.presets import make_sampler
 from arlgym.rollout import RolloutCollector
+
 __all__ = ["ModelParts", "check_setup", "resolve_engine", "build_accelerator", "build_model",
            "build_reference", "build_optimizer", "build_sampler", "build_collector",
-           "env_server_kwargs", "env_seed"]
+           "env_server_kwargs", "env_seed", "record_run"]
 
 
 @dataclass
@@ -106,6 +107,19 @@ def build_accelerator(out: Path, log_with: str | None) -> Any:
         project_config=ProjectConfiguration(project_dir=str(out), logging_dir=str(out / "logs")),
         cpu=not torch.cuda.is_available(),
     )
+
+
+def record_run(accelerator: Any, out: Path, cfg: TrainConfig, algo: dict[str, Any],
+               log_with: str | None) -> None:
+    """The run's ``config.json`` (settings and resolved algorithm, main process only) and, with
+    ``log_with``, the trackers started with the scalar settings."""
+    if accelerator.is_main_process:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "config.json").write_text(json.dumps(
+            {"config": cfg.__dict__, "algorithm": algo}, indent=2, default=str))
+    if log_with:
+        accelerator.init_trackers("arlgym", config={k: v for k, v in cfg.__dict__.items()
+                                                    if isinstance(v, (int, float, str, bool))})
 
 
 def build_model(cfg: TrainConfig) -> ModelParts:

@@ -265,7 +265,7 @@ class TrainConfig:
             raise ConfigError("vllm_server_urls is set but rollout_engine is "
                               f"{self.rollout_engine}. Fix: --rollout_engine vllm_server, or drop "
                               "vllm_server_urls")
-        self._check_collapse_settings()
+        _check_collapse_settings(self)
         if self.save_best and self.eval_steps <= 0:
             raise ConfigError("save_best needs a periodic eval: set eval_steps > 0 (and eval_split "
                               "to a validation split)")
@@ -310,33 +310,6 @@ class TrainConfig:
                     raise ConfigError(f"--{name} must be JSON, got {value!r}") from e
 
 
-    def _check_collapse_settings(self) -> None:
-        """``on_collapse`` and its knobs; ``stop_on_collapse`` is ``on_collapse stop``."""
-        from arlgym.rl.alarm import ON_COLLAPSE, REMEDY_NAMES
-
-        if self.on_collapse not in ON_COLLAPSE:
-            raise ConfigError(f"on_collapse={self.on_collapse!r} is unknown: expected one of "
-                              f"{', '.join(ON_COLLAPSE)}. Fix: --on_collapse rollback")
-        if self.stop_on_collapse:
-            if self.on_collapse == "rollback":
-                raise ConfigError("stop_on_collapse true and on_collapse rollback contradict "
-                                  "each other. Fix: drop stop_on_collapse")
-            self.on_collapse = "stop"
-        if self.rollback_remedy not in REMEDY_NAMES:
-            raise ConfigError(f"rollback_remedy={self.rollback_remedy!r} is unknown: expected "
-                              f"one of {', '.join(REMEDY_NAMES)}. Fix: --rollback_remedy halve_lr")
-        if self.on_collapse != "warn" and not self.collapse_alarm:
-            raise ConfigError(f"on_collapse {self.on_collapse} needs the alarm: set "
-                              "collapse_alarm true (or on_collapse warn)")
-        if self.on_collapse == "rollback" and self.async_rollouts:
-            raise ConfigError("on_collapse rollback restores the learner in place; async "
-                              "rollout workers would keep sampling the abandoned versions. Fix: "
-                              "--on_collapse stop with async_rollouts, or async_rollouts false")
-        if self.degradation_alarm and (self.eval_steps <= 0 or self.eval_split == "test"):
-            raise ConfigError("degradation_alarm reads the periodic eval, which must not be the "
-                              "test panel: set eval_steps > 0 and eval_split val")
-
-
 #: Ranges of the numeric fields, checked (with the types) before anything else happens.
 #: ``(min, max)`` inclusive; ``"gt0"``: > 0. Fields not listed only get their type checked.
 _RANGES: dict[str, Any] = {
@@ -366,6 +339,31 @@ _EXAMPLES: dict[str, Any] = {
     "rollout_correction_floor": 0.5,
 }
 _WHERE = "trainer config"
+
+
+def _check_collapse_settings(cfg: TrainConfig) -> None:
+    """``on_collapse`` and its knobs; ``stop_on_collapse`` is ``on_collapse stop``."""
+    if cfg.on_collapse not in ON_COLLAPSE:
+        raise ConfigError(f"on_collapse={cfg.on_collapse!r} is unknown: expected one of "
+                          f"{', '.join(ON_COLLAPSE)}. Fix: --on_collapse rollback")
+    if cfg.stop_on_collapse:
+        if cfg.on_collapse == "rollback":
+            raise ConfigError("stop_on_collapse true and on_collapse rollback contradict "
+                              "each other. Fix: drop stop_on_collapse")
+        cfg.on_collapse = "stop"
+    if cfg.rollback_remedy not in REMEDY_NAMES:
+        raise ConfigError(f"rollback_remedy={cfg.rollback_remedy!r} is unknown: expected "
+                          f"one of {', '.join(REMEDY_NAMES)}. Fix: --rollback_remedy halve_lr")
+    if cfg.on_collapse != "warn" and not cfg.collapse_alarm:
+        raise ConfigError(f"on_collapse {cfg.on_collapse} needs the alarm: set "
+                          "collapse_alarm true (or on_collapse warn)")
+    if cfg.on_collapse == "rollback" and cfg.async_rollouts:
+        raise ConfigError("on_collapse rollback restores the learner in place; async "
+                          "rollout workers would keep sampling the abandoned versions. Fix: "
+                          "--on_collapse stop with async_rollouts, or async_rollouts false")
+    if cfg.degradation_alarm and (cfg.eval_steps <= 0 or cfg.eval_split == "test"):
+        raise ConfigError("degradation_alarm reads the periodic eval, which must not be the "
+                          "test panel: set eval_steps > 0 and eval_split val")
 
 
 def _check_fields(cfg: TrainConfig) -> None:

@@ -99,72 +99,133 @@ class ServeConfig:
     mode: str = "simulation"
 
 
-class ServeApp:
-    """The ASGI app. ``hosts`` maps each env id to its host (thread or process host)."""
+class _WebSocketRoutes:
+    """The WebSocket routes of :class:`ServeApp` (OpenEnv's ``/ws`` protocol and MCP's
+    ``/mcp``): the handshake, a connection's session, one message at a time."""
 
-    def __init__(self, config: ServeConfig, hosts: dict[str, Any], threads: int = 8) -> None:
-        self.config = config
-        self.hosts = hosts
-        self.default_env = next(iter(config.envs))
-        self.sessions: dict[str, Session] = {}
-        self.expired = 0
-        self.resets = self.steps = 0  # served since start (GET /health): is the server used?
-        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="arlgym-serve")
-        self._reaper: asyncio.Task | None = None
-        self.mcp = McpServer(self)
-
-    # ------------------------------------------------------------------ ASGI entry
-    async def __call__(self, scope: dict[str, Any], receive: Callable, send: Callable) -> None:
-        kind = scope["type"]
-        if kind == "lifespan":
-            await self._lifespan(receive, send)
-        elif kind == "http":
-            await self._http(scope, receive, send)
-        elif kind == "websocket":
-            await self._websocket(scope, receive, send)
-
-    async def _lifespan(self, receive: Callable, send: Callable) -> None:
-        while True:
-            msg = await receive()
-            if msg["type"] == "lifespan.startup":
-                self._reaper = asyncio.create_task(self._reap_forever())
-                await send({"type": "lifespan.startup.complete"})
-            elif msg["type"] == "lifespan.shutdown":
-                if self._reaper is not None:
-                    self._reaper.cancel()
-                await send({"type": "lifespan.shutdown.complete"})
-                return
-
-    def shutdown(self) -> None:
-        """Close every session's env and the thread pool (the server calls it after serving)."""
-        for s in list(self.sessions.values()):
-            self._drop(s, close_env=True, blocking=True)
-        self._pool.shutdown(wait=False, cancel_futures=True)
-
-    # ------------------------------------------------------------------ guards
-    def _refusal(self, scope: dict[str, Any]) -> RequestError | None:
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-        if "origin" in headers:
-            return RequestError(403, "FORBIDDEN", "requests from web pages (an Origin header) are "
-                                "refused: the env server is for programs, not browsers")
-        token = self.config.token
-        if token is None:
-            return None
-        given = headers.get("authorization", "")
-        scheme, _, value = given.partition(" ")
-        if scheme.lower() == "basic":  # a URL like http://arl:<token>@host (OpenEnv's client)
+    # ------------------------------------------------------------------ WebSocket
+    async def _websocket(self, scope: dict[str, Any], receive: Callable, send: Callable) -> None:
+        msg = await receive()
+        if msg["type"] != "websocket.connect":
+            return
+        path = scope["path"].rstrip("/") or "/"
+        refusal = self._refusal(scope)
+        if refusal is not None:  # before accept: the client sees an HTTP 403 handshake answer
+            await send({"type": "websocket.close", "code": 1008, "reason": refusal.code})
+            return
+        if path not in ("/ws", "/mcp"):  # a 404 answer to the handshake, not a session
+            await self._refuse_handshake(scope, send, 404, "NOT_FOUND", f"no WebSocket route "
+                                         f"{path}: WebSocket /ws (OpenEnv's env protocol) or "
+                                         "/mcp (MCP JSON-RPC)")
+            return
+        await send({"type": "websocket.accept"})
+        session, attached = Session(sid=_new_id(), kind="ws"), False
+        query = parse_qs(scope["query_string"].decode("latin-1"))
+        if path == "/ws" and "session_id" in query:  # OpenEnv's MCP client: attach to a session
             try:
-                value = base64.b64decode(value.strip(), validate=True).decode().partition(":")[2]
-            except (binascii.Error, UnicodeDecodeError):
-                value = ""
-        elif scheme.lower() != "bearer":
-            value = ""
-        if not value or not hmac.compare_digest(value.strip().encode(), token.encode()):
-            return RequestError(401, "UNAUTHORIZED",
-                                "missing or wrong access token: send 'Authorization: Bearer "
-                                "<token>' (the server's --token), or put it in the URL as "
-                                "http://arl:<token>@host:port for OpenEnv's client")
-        return None
+                session, attached = self._attach(query["session_id"][0]), True
+            except RequestError as e:
+                await send({"type": "websocket.send", "text": dumps(
+                    {"type": "error", "data": {"message": e.message, "code": e.code}})})
+                await send({"type": "websocket.close", "code": 1008})
+                return
+        answer = self.mcp.ws_message if path == "/mcp" else self._ws_message
+        try:
+            while True:
+                msg = await receive()
+                if msg["type"] == "websocket.disconnect":
+                    break
+                text = msg.get("text")
+                if text is None:
+                    text = (msg.get("bytes") or b"").decode("utf-8", "replace")
+                try:
+                    reply = await answer(session, text)
+                except RequestError as e:
+                    reply = {"type": "error", "data": {"message": e.message, "code": e.code}}
+                except Exception:  # noqa: BLE001 - a bug of ours: log it, answer JSON
+                    logger.exception("internal error on a WebSocket message")
+                    reply = {"type": "error", "data": {
+                        "message": "internal server error (see the server's log)",
+                        "code": "INTERNAL_ERROR"}}
+                if reply is None:  # "close"
+                    break
+                if reply is not NO_REPLY:
+                    await send({"type": "websocket.send", "text": dumps(reply)})
+        finally:
+            if attached:  # the session outlives its socket unless it was closed meanwhile
+                session.attached = False
+                session.used = time.monotonic()
+            if session.sid in self.sessions and (not attached or session.close_pending):
+                async with session.lock:
+                    self._drop(session, close_env=True)
+        try:
+            await send({"type": "websocket.close", "code": 1000})
+        except Exception:  # noqa: BLE001 - the client already closed the connection
+            pass
+
+    async def _refuse_handshake(self, scope: dict[str, Any], send: Callable, status: int,
+                                code: str, message: str) -> None:
+        """Answer a WebSocket handshake with an HTTP error and a JSON body where the server
+        supports it (ASGI's ``websocket.http.response``), else close it (HTTP 403)."""
+        if "websocket.http.response" not in (scope.get("extensions") or {}):
+            await send({"type": "websocket.close", "code": 1008, "reason": code})
+            return
+        payload = dumps({"detail": message, "code": code}).encode()
+        await send({"type": "websocket.http.response.start", "status": status,
+                    "headers": [(b"content-type", b"application/json"),
+                                (b"content-length", str(len(payload)).encode())]})
+        await send({"type": "websocket.http.response.body", "body": payload})
+
+    def _attach(self, sid: str) -> Session:
+        """The HTTP session ``sid`` (made by ``POST /reset`` or MCP's
+        ``openenv/session/create``), now driven by one WebSocket (OpenEnv's ``MCPToolClient``
+        shares one session between ``/ws`` and ``POST /mcp`` this way)."""
+        session = self.sessions.get(sid)
+        if session is None or session.kind != "http":
+            raise RequestError(404, "SESSION_ERROR", "Unknown session_id: the one to attach "
+                               "(?session_id=) comes from openenv/session/create on POST /mcp "
+                               "or from POST /reset; it may have been closed or expired after "
+                               f"ttl={self.config.ttl:g} s idle")
+        if session.attached:
+            raise RequestError(409, "SESSION_ERROR", f"Session {sid[:6]}… already has an "
+                               "attached WebSocket")
+        session.attached, session.used = True, time.monotonic()
+        return session
+
+    async def _ws_message(self, session: Session, text: str) -> dict[str, Any] | None:
+        """One ``/ws`` message's answer (``None``: close the socket)."""
+        message = _parse_object(text)
+        kind = message.get("type")
+        if kind == "close":
+            return None
+        if kind not in ("reset", "step", "state", "expert", "mcp"):
+            raise RequestError(400, "UNKNOWN_TYPE", f"unknown message type {kind!r}; expected "
+                               "'reset', 'step', 'state', 'expert', 'mcp' or 'close'")
+        _check_keys(message, ("type", "data"), f"the {kind!r} message")
+        data = message.get("data", {})
+        if not isinstance(data, dict):
+            raise RequestError(422, "VALIDATION_ERROR", f"'data' of the {kind!r} message must be "
+                               "a JSON object")
+        if kind == "mcp":  # OpenEnv's JSON-RPC over this socket, on this socket's session
+            answer = await self.mcp.call(data, session)
+            return {"type": "mcp", "data": answer if answer is not None else {
+                "jsonrpc": "2.0", "id": None, "result": None}}
+        if kind == "reset":
+            if "session_id" in data:
+                raise RequestError(422, "VALIDATION_ERROR", "a WebSocket is its own session; "
+                                   "drop 'session_id' from the reset data")
+            return {"type": "observation", "data": await self._reset(session, dict(data))}
+        if kind == "step":
+            if data.get("type") in ("list_tools", "call_tool"):  # OpenEnv's MCP actions
+                return {"type": "observation", "data": await self.mcp.step_action(session, data)}
+            return {"type": "observation", "data": await self._step(session, data)}
+        if kind == "expert":
+            return {"type": "expert", "data": await self._expert(session, data)}
+        return {"type": "state", "data": self._state(session)}
+
+
+class _HttpRoutes:
+    """The HTTP routes of :class:`ServeApp`: guards, the request body, one answer per route."""
 
     # ------------------------------------------------------------------ HTTP
     async def _http(self, scope: dict[str, Any], receive: Callable, send: Callable) -> None:
@@ -322,125 +383,73 @@ class ServeApp:
                                "/reset without session_id to start a new session")
         return session
 
-    # ------------------------------------------------------------------ WebSocket
-    async def _websocket(self, scope: dict[str, Any], receive: Callable, send: Callable) -> None:
-        msg = await receive()
-        if msg["type"] != "websocket.connect":
-            return
-        path = scope["path"].rstrip("/") or "/"
-        refusal = self._refusal(scope)
-        if refusal is not None:  # before accept: the client sees an HTTP 403 handshake answer
-            await send({"type": "websocket.close", "code": 1008, "reason": refusal.code})
-            return
-        if path not in ("/ws", "/mcp"):  # a 404 answer to the handshake, not a session
-            await self._refuse_handshake(scope, send, 404, "NOT_FOUND", f"no WebSocket route "
-                                         f"{path}: WebSocket /ws (OpenEnv's env protocol) or "
-                                         "/mcp (MCP JSON-RPC)")
-            return
-        await send({"type": "websocket.accept"})
-        session, attached = Session(sid=_new_id(), kind="ws"), False
-        query = parse_qs(scope["query_string"].decode("latin-1"))
-        if path == "/ws" and "session_id" in query:  # OpenEnv's MCP client: attach to a session
-            try:
-                session, attached = self._attach(query["session_id"][0]), True
-            except RequestError as e:
-                await send({"type": "websocket.send", "text": dumps(
-                    {"type": "error", "data": {"message": e.message, "code": e.code}})})
-                await send({"type": "websocket.close", "code": 1008})
+
+class ServeApp(_HttpRoutes, _WebSocketRoutes):
+    """The ASGI app. ``hosts`` maps each env id to its host (thread or process host)."""
+
+    def __init__(self, config: ServeConfig, hosts: dict[str, Any], threads: int = 8) -> None:
+        self.config = config
+        self.hosts = hosts
+        self.default_env = next(iter(config.envs))
+        self.sessions: dict[str, Session] = {}
+        self.expired = 0
+        self.resets = self.steps = 0  # served since start (GET /health): is the server used?
+        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="arlgym-serve")
+        self._reaper: asyncio.Task | None = None
+        self.mcp = McpServer(self)
+
+    # ------------------------------------------------------------------ ASGI entry
+    async def __call__(self, scope: dict[str, Any], receive: Callable, send: Callable) -> None:
+        kind = scope["type"]
+        if kind == "lifespan":
+            await self._lifespan(receive, send)
+        elif kind == "http":
+            await self._http(scope, receive, send)
+        elif kind == "websocket":
+            await self._websocket(scope, receive, send)
+
+    async def _lifespan(self, receive: Callable, send: Callable) -> None:
+        while True:
+            msg = await receive()
+            if msg["type"] == "lifespan.startup":
+                self._reaper = asyncio.create_task(self._reap_forever())
+                await send({"type": "lifespan.startup.complete"})
+            elif msg["type"] == "lifespan.shutdown":
+                if self._reaper is not None:
+                    self._reaper.cancel()
+                await send({"type": "lifespan.shutdown.complete"})
                 return
-        answer = self.mcp.ws_message if path == "/mcp" else self._ws_message
-        try:
-            while True:
-                msg = await receive()
-                if msg["type"] == "websocket.disconnect":
-                    break
-                text = msg.get("text")
-                if text is None:
-                    text = (msg.get("bytes") or b"").decode("utf-8", "replace")
-                try:
-                    reply = await answer(session, text)
-                except RequestError as e:
-                    reply = {"type": "error", "data": {"message": e.message, "code": e.code}}
-                except Exception:  # noqa: BLE001 - a bug of ours: log it, answer JSON
-                    logger.exception("internal error on a WebSocket message")
-                    reply = {"type": "error", "data": {
-                        "message": "internal server error (see the server's log)",
-                        "code": "INTERNAL_ERROR"}}
-                if reply is None:  # "close"
-                    break
-                if reply is not NO_REPLY:
-                    await send({"type": "websocket.send", "text": dumps(reply)})
-        finally:
-            if attached:  # the session outlives its socket unless it was closed meanwhile
-                session.attached = False
-                session.used = time.monotonic()
-            if session.sid in self.sessions and (not attached or session.close_pending):
-                async with session.lock:
-                    self._drop(session, close_env=True)
-        try:
-            await send({"type": "websocket.close", "code": 1000})
-        except Exception:  # noqa: BLE001 - the client already closed the connection
-            pass
 
-    async def _refuse_handshake(self, scope: dict[str, Any], send: Callable, status: int,
-                                code: str, message: str) -> None:
-        """Answer a WebSocket handshake with an HTTP error and a JSON body where the server
-        supports it (ASGI's ``websocket.http.response``), else close it (HTTP 403)."""
-        if "websocket.http.response" not in (scope.get("extensions") or {}):
-            await send({"type": "websocket.close", "code": 1008, "reason": code})
-            return
-        payload = dumps({"detail": message, "code": code}).encode()
-        await send({"type": "websocket.http.response.start", "status": status,
-                    "headers": [(b"content-type", b"application/json"),
-                                (b"content-length", str(len(payload)).encode())]})
-        await send({"type": "websocket.http.response.body", "body": payload})
+    def shutdown(self) -> None:
+        """Close every session's env and the thread pool (the server calls it after serving)."""
+        for s in list(self.sessions.values()):
+            self._drop(s, close_env=True, blocking=True)
+        self._pool.shutdown(wait=False, cancel_futures=True)
 
-    def _attach(self, sid: str) -> Session:
-        """The HTTP session ``sid`` (made by ``POST /reset`` or MCP's
-        ``openenv/session/create``), now driven by one WebSocket (OpenEnv's ``MCPToolClient``
-        shares one session between ``/ws`` and ``POST /mcp`` this way)."""
-        session = self.sessions.get(sid)
-        if session is None or session.kind != "http":
-            raise RequestError(404, "SESSION_ERROR", "Unknown session_id: the one to attach "
-                               "(?session_id=) comes from openenv/session/create on POST /mcp "
-                               "or from POST /reset; it may have been closed or expired after "
-                               f"ttl={self.config.ttl:g} s idle")
-        if session.attached:
-            raise RequestError(409, "SESSION_ERROR", f"Session {sid[:6]}… already has an "
-                               "attached WebSocket")
-        session.attached, session.used = True, time.monotonic()
-        return session
-
-    async def _ws_message(self, session: Session, text: str) -> dict[str, Any] | None:
-        """One ``/ws`` message's answer (``None``: close the socket)."""
-        message = _parse_object(text)
-        kind = message.get("type")
-        if kind == "close":
+    # ------------------------------------------------------------------ guards
+    def _refusal(self, scope: dict[str, Any]) -> RequestError | None:
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        if "origin" in headers:
+            return RequestError(403, "FORBIDDEN", "requests from web pages (an Origin header) are "
+                                "refused: the env server is for programs, not browsers")
+        token = self.config.token
+        if token is None:
             return None
-        if kind not in ("reset", "step", "state", "expert", "mcp"):
-            raise RequestError(400, "UNKNOWN_TYPE", f"unknown message type {kind!r}; expected "
-                               "'reset', 'step', 'state', 'expert', 'mcp' or 'close'")
-        _check_keys(message, ("type", "data"), f"the {kind!r} message")
-        data = message.get("data", {})
-        if not isinstance(data, dict):
-            raise RequestError(422, "VALIDATION_ERROR", f"'data' of the {kind!r} message must be "
-                               "a JSON object")
-        if kind == "mcp":  # OpenEnv's JSON-RPC over this socket, on this socket's session
-            answer = await self.mcp.call(data, session)
-            return {"type": "mcp", "data": answer if answer is not None else {
-                "jsonrpc": "2.0", "id": None, "result": None}}
-        if kind == "reset":
-            if "session_id" in data:
-                raise RequestError(422, "VALIDATION_ERROR", "a WebSocket is its own session; "
-                                   "drop 'session_id' from the reset data")
-            return {"type": "observation", "data": await self._reset(session, dict(data))}
-        if kind == "step":
-            if data.get("type") in ("list_tools", "call_tool"):  # OpenEnv's MCP actions
-                return {"type": "observation", "data": await self.mcp.step_action(session, data)}
-            return {"type": "observation", "data": await self._step(session, data)}
-        if kind == "expert":
-            return {"type": "expert", "data": await self._expert(session, data)}
-        return {"type": "state", "data": self._state(session)}
+        given = headers.get("authorization", "")
+        scheme, _, value = given.partition(" ")
+        if scheme.lower() == "basic":  # a URL like http://arl:<token>@host (OpenEnv's client)
+            try:
+                value = base64.b64decode(value.strip(), validate=True).decode().partition(":")[2]
+            except (binascii.Error, UnicodeDecodeError):
+                value = ""
+        elif scheme.lower() != "bearer":
+            value = ""
+        if not value or not hmac.compare_digest(value.strip().encode(), token.encode()):
+            return RequestError(401, "UNAUTHORIZED",
+                                "missing or wrong access token: send 'Authorization: Bearer "
+                                "<token>' (the server's --token), or put it in the URL as "
+                                "http://arl:<token>@host:port for OpenEnv's client")
+        return None
 
     # ------------------------------------------------------------------ session ops
     def register(self, session: Session) -> None:
