@@ -7,14 +7,29 @@ import importlib
 import sys
 from typing import Any
 
+import arlgym
 from arlgym.clikit import (
     ArgumentParser,
     add_env_kwargs,
     add_version,
     env_kwargs_of,
+    parse_kwarg_pairs,
 )
 from arlgym.clirun import run_command, safe_name
-from arlgym.evaluation.decodings import is_model_policy
+from arlgym.core.validation import check_env_kwargs, check_float, check_int, did_you_mean
+from arlgym.envs.requirements import install_commands, missing
+from arlgym.envs.servers import add_env_servers, env_server_kwargs
+from arlgym.errors import ConfigError, UnknownPolicyError
+from arlgym.evaluation.decodings import (
+    greedy_companion,
+    is_model_policy,
+    paired_on_tasks,
+    success_by_task,
+)
+from arlgym.evaluation.metrics import format_summary, summarize
+from arlgym.policies import SamplingParams
+from arlgym.policies.spec import check_policy_spec, seeded_policy
+from arlgym.rollout import RolloutCollector, load_jsonl
 
 __all__ = ["main", "build_parser"]
 
@@ -22,8 +37,6 @@ __all__ = ["main", "build_parser"]
 def _parse_kwargs(pairs: list[str]) -> dict[str, Any]:
     """``["dim_room=7", "num_boxes=2"]`` -> ``{"dim_room": 7, "num_boxes": 2}`` (see
     :func:`arlgym.clikit.parse_kwarg_pairs`)."""
-    from arlgym.clikit import parse_kwarg_pairs
-
     return parse_kwarg_pairs(pairs)
 
 
@@ -46,9 +59,6 @@ def _add_common(p: argparse.ArgumentParser) -> None:
 def _cmd_envs(args: argparse.Namespace) -> int:
     """Every registered env, whether it can be made on this machine, and for each that cannot,
     what it lacks and the exact command that installs it."""
-    import arlgym
-    from arlgym.envs.requirements import install_commands, missing
-
     unusable = 0
     for env_id, (entry, _) in arlgym.ENV_IDS.items():
         lacking = missing(env_id)
@@ -69,8 +79,6 @@ def _cmd_envs(args: argparse.Namespace) -> int:
 
 def _check_common(args: argparse.Namespace) -> None:
     """The numeric flags of play/eval, named as the user typed them."""
-    from arlgym.core.validation import check_float, check_int
-
     check_int("--episodes", args.episodes, min=1)
     check_int("--batch-size", args.batch_size, min=1)
     check_float("--temperature", args.temperature, min=0.0)
@@ -81,9 +89,6 @@ def _check_common(args: argparse.Namespace) -> None:
 def _policy(spec: str, seed: int, prog: str = "arlgym"):
     """The policy a spec names; ``--seed`` seeds the random policy's own RNG too, so a random
     baseline is reproducible like everything else (model policies take it per request)."""
-    from arlgym.errors import ConfigError
-    from arlgym.policies.spec import check_policy_spec, seeded_policy
-
     check_policy_spec("--policy", spec, prog)
     if spec == "human" and (sys.stdin is None or sys.stdin.closed):
         raise ConfigError("--policy human reads moves from standard input, which is closed. Fix: "
@@ -92,11 +97,6 @@ def _policy(spec: str, seed: int, prog: str = "arlgym"):
 
 
 def _cmd_play(args: argparse.Namespace) -> int:
-    from arlgym.core.validation import check_env_kwargs
-    from arlgym.evaluation.metrics import format_summary, summarize
-    from arlgym.policies import SamplingParams
-    from arlgym.rollout import RolloutCollector
-
     _check_common(args)
     policy = _policy(args.policy, args.seed, f"arlgym {args.command}")
     env_kwargs = env_kwargs_of(args)
@@ -131,10 +131,7 @@ def _cmd_play(args: argparse.Namespace) -> int:
 def _cmd_eval(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from arlgym.evaluation.metrics import format_summary
     from arlgym.evaluation.runner import evaluate
-    from arlgym.policies import SamplingParams
-
     _check_common(args)
     policy = _policy(args.policy, args.seed, f"arlgym {args.command}")
     out = args.out
@@ -142,7 +139,6 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         out = Path("runs") / "eval" / f"{safe_name(args.env)}__{safe_name(args.policy)}__{args.split}.jsonl"
     sampling = SamplingParams(temperature=args.temperature, max_new_tokens=args.max_new_tokens,
                               seed=args.seed)
-    from arlgym.envs.servers import env_server_kwargs
     from arlgym.rundir import no_trace_on_failure
 
     remote = env_server_kwargs(args.env_servers, "--env-servers")
@@ -162,12 +158,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 def _greedy_beside(args: argparse.Namespace, policy: Any, out: Any, remote: dict) -> None:
     """The same tasks greedily, one episode each, and greedy − sampled paired by task: a model
     row is reported under both decodings (arlgym/evaluation/decodings.py says why)."""
-    from arlgym.evaluation.decodings import greedy_companion, paired_on_tasks, success_by_task
-    from arlgym.evaluation.metrics import format_summary
     from arlgym.evaluation.runner import evaluate
-    from arlgym.policies import SamplingParams
-    from arlgym.rollout import load_jsonl
-
     greedy_out = greedy_companion(out)
     sampling = SamplingParams(temperature=0.0, max_new_tokens=args.max_new_tokens, seed=args.seed)
     summary, greedy = evaluate(args.env, policy, episodes=args.episodes, split=args.split,
@@ -183,10 +174,7 @@ def _cmd_patterns(args: argparse.Namespace) -> int:
     import json
     from pathlib import Path
 
-    from arlgym.errors import ConfigError
     from arlgym.evaluation.patterns import format_patterns, pattern_report, plot_transitions
-    from arlgym.rollout import load_jsonl
-
     path = Path(args.episodes)
     if not path.is_file():
         raise ConfigError(f"{path} does not exist; give the episodes JSONL that `arlgym eval` wrote")
@@ -211,8 +199,6 @@ def _jsonable(value: Any) -> Any:
 
 def _check_quickstart(cfg: Any) -> None:
     """The quickstart's own numbers, named by their flags, before anything is printed or run."""
-    from arlgym.core.validation import check_float, check_int
-
     for flag, name, lo in (("--episodes", "episodes", 1), ("--sft-steps", "sft_steps", 0),
                            ("--eval-episodes", "eval_episodes", 1), ("--rl-steps", "rl_steps", 1),
                            ("--rl-jobs", "rl_jobs", 1), ("--seed", "seed", 0),
@@ -224,7 +210,6 @@ def _check_quickstart(cfg: Any) -> None:
     check_int("--room-size", cfg.room_size, min=5, max=10, example=7)
     check_int("--history-length", cfg.history_length, min=0, max=8, example=0)
     _check_teacher(cfg.teacher)
-    from arlgym.errors import ConfigError
     from arlgym.quickstart import DEMO_MIN_SCORE
 
     if cfg.panel not in ("test", "val"):
@@ -242,10 +227,6 @@ def _check_quickstart(cfg: Any) -> None:
 def _check_teacher(spec: str) -> None:
     """--teacher must name a scripted Sokoban demonstrator: greedy, expert, or either with
     slips (a model would have to be trained first; random moves teach nothing)."""
-    from arlgym.core.validation import did_you_mean
-    from arlgym.errors import ConfigError, UnknownPolicyError
-    from arlgym.policies.spec import seeded_policy
-
     try:
         base = seeded_policy(spec, 0)
     except UnknownPolicyError:
@@ -296,7 +277,6 @@ def _quickstart_description(d: Any) -> str:
 
 
 def _cmd_quickstart(args: argparse.Namespace) -> int:
-    from arlgym.errors import ConfigError
     from arlgym.quickstart import CutShort, QuickstartConfig, RLRunFailed, run_quickstart
 
     cfg = QuickstartConfig.fast() if args.fast else QuickstartConfig()
@@ -369,8 +349,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sampled-only", action="store_true",
                    help="a model policy at --temperature > 0 is also played greedily on the same "
                         "tasks (<out>.greedy.jsonl) and the two are paired; this skips that")
-    from arlgym.envs.servers import add_env_servers
-
     add_env_servers(p)
     p.set_defaults(func=_cmd_eval)
 

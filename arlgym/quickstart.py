@@ -52,7 +52,10 @@ from pathlib import Path
 from typing import Any
 
 from arlgym.evaluation.decodings import paired_difference, paired_on_tasks, success_by_task
+from arlgym.policies import SamplingParams, make_policy
+from arlgym.policies.spec import seeded_policy
 from arlgym.rl import metrics as M
+from arlgym.rollout import load_jsonl
 
 __all__ = ["QuickstartConfig", "rl_phase_summary", "run_quickstart", "paired_difference",
            "choose_threads", "greedy_eval", "sampled_eval", "arena_spec", "read_arena_run",
@@ -217,7 +220,6 @@ def _test_rooms_eval(policy_spec_or_obj: Any, episodes: int, out: Path, temperat
     """Eval on the first ``episodes`` Sokoban rooms of ``split``, ``samples`` episodes a room:
     (overall summary, trajectories task by task in the eval list's order)."""
     from arlgym.evaluation.runner import evaluate
-    from arlgym.policies import SamplingParams, make_policy
 
     policy = make_policy(policy_spec_or_obj) if isinstance(policy_spec_or_obj, str) else policy_spec_or_obj
     sampling = SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k, max_new_tokens=24,
@@ -251,7 +253,7 @@ def panel_eval(cfg: QuickstartConfig, policy_spec_or_obj: Any, out: Path, decodi
         samples=cfg.eval_samples if sampled else 1, seed=cfg.seed + 1234,
         top_p=cfg.eval_top_p if sampled else 1.0, top_k=cfg.eval_top_k if sampled else 0,
         kwargs=env_kwargs(cfg), progress=progress, split=split or cfg.panel)
-    return summary, _wins_by_room(trajs)
+    return summary, success_by_task(trajs)
 
 
 def protocol_eval(cfg: QuickstartConfig, policy_spec_or_obj: Any, out: Path, progress: bool = True
@@ -339,11 +341,6 @@ def sampled_eval(policy_spec_or_obj: Any, episodes: int, samples: int, out: Path
     return summary, [sum(v) / len(v) for v in rooms.values()]
 
 
-#: per-room success and the paired effect (kept under these names for the experiments)
-_wins_by_room = success_by_task
-_paired_on = paired_on_tasks
-
-
 def arena_spec(cfg: QuickstartConfig, sft_dir: Path, out: Path):
     """The RL phase as an arena grid: every preset of ``cfg.rl_algos`` × the quickstart's seed,
     from ``sft_dir``, one budget; the test eval of each run plays the quickstart's panel (the
@@ -382,14 +379,13 @@ def read_arena_run(run: Any) -> dict[str, Any]:
     there is one, else the last), its test summary and wins per room, the metric rows and the
     report's collapse verdict."""
     from arlgym.arena.report import pick_checkpoint
-    from arlgym.rollout import load_jsonl
 
     checkpoint, summary = pick_checkpoint(run, "auto")
     best = run.evals.get("best", {}).get("best") if checkpoint == "best" else None
     return {"checkpoint": checkpoint,
             "best_step": best["step"] if best else max((int(r.get("step", 0)) for r in run.rows), default=0),
             "summary": summary, "rows": run.rows, "collapse": run.collapse,
-            "wins": _wins_by_room(load_jsonl(run.folder / "eval" / f"test-{checkpoint}.jsonl"))}
+            "wins": success_by_task(load_jsonl(run.folder / "eval" / f"test-{checkpoint}.jsonl"))}
 
 
 def _plot(sft_log: list[dict], runs: dict[str, dict[str, Any]], sft_test: float | None, path: Path,
@@ -666,8 +662,6 @@ def _sft_phase(cfg: QuickstartConfig, out: Path, data: Path, same_recipe: bool, 
 
 def _baselines_phase(cfg: QuickstartConfig, out: Path) -> tuple[dict[str, dict], dict[str, float]]:
     """[3/5] Random moves and the teacher on the panel (their own sampling: one decoding)."""
-    from arlgym.policies.spec import seeded_policy
-
     print(f"[3/5] evaluating random moves and the teacher on {cfg.eval_episodes} {cfg.panel} "
           f"rooms ({_protocol_text(cfg)}); the SFT policy's evals (greedy and sampled, and the "
           f"choice of its decoding on {cfg.choice_episodes} val rooms) run beside the arena")
@@ -751,13 +745,13 @@ def _report_phase(cfg: QuickstartConfig, out: Path, rows: dict[str, dict], teach
     if cfg.eval_episodes >= 2:
         base = wins["SFT"][best]
         for algo in cfg.rl_algos:
-            effects[algo] = {d: _paired_on(base, wins[algo][d]) for d in DECODINGS}
-        versus_teacher = {"SFT": _paired_on(teacher_wins, wins["SFT"][best]),
-                          **{a: _paired_on(teacher_wins, wins[a][best]) for a in cfg.rl_algos}}
+            effects[algo] = {d: paired_on_tasks(base, wins[algo][d]) for d in DECODINGS}
+        versus_teacher = {"SFT": paired_on_tasks(teacher_wins, wins["SFT"][best]),
+                          **{a: paired_on_tasks(teacher_wins, wins[a][best]) for a in cfg.rl_algos}}
         if len(cfg.rl_algos) >= 2:
             a, b = cfg.rl_algos[0], cfg.rl_algos[-1]
             versus = {"a": a, "b": b,
-                      "effect": {d: _paired_on(wins[a][d], wins[b][d]) for d in DECODINGS}}
+                      "effect": {d: paired_on_tasks(wins[a][d], wins[b][d]) for d in DECODINGS}}
     return {"rows": rows, "runs": runs, "effects": effects, "versus": versus,
             "versus_teacher": versus_teacher, "best": best, "choice": choice}
 

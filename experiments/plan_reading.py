@@ -129,8 +129,9 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     from arlgym.errors import ConfigError
+    from arlgym.evaluation.decodings import paired_on_tasks, success_by_task
     from arlgym.policies import make_policy
-    from arlgym.quickstart import _paired_on, _wins_by_room, protocol_eval, recipe_config
+    from arlgym.quickstart import protocol_eval, recipe_config
     from arlgym.rollout import load_jsonl
 
     start = Path(args.start)
@@ -153,11 +154,11 @@ def main(argv: list[str] | None = None) -> int:
     ceiling_path = out / f"follow_{tag}.jsonl"
     if not ceiling_path.exists():
         protocol_eval(cfg, FollowPlan(make_policy(f"hf:{model}")), ceiling_path)
-    sft_rooms = _wins_by_room(load_jsonl(start / "eval_sft.jsonl"))
-    follow_rooms = _wins_by_room(load_jsonl(ceiling_path))
+    sft_rooms = success_by_task(load_jsonl(start / "eval_sft.jsonl"))
+    follow_rooms = success_by_task(load_jsonl(ceiling_path))
     reading = {"model": str(model),
                "ceiling": {"success": sum(follow_rooms.values()) / len(follow_rooms),
-                           "vs_sft": _paired_on(sft_rooms, follow_rooms)},
+                           "vs_sft": paired_on_tasks(sft_rooms, follow_rooms)},
                "quality": {"sft": plan_quality(start / "eval_sft.jsonl"),
                            "follow": plan_quality(ceiling_path)}}
     for last in sorted(start.glob("arena/*/seed-*/eval/test-last.jsonl")):

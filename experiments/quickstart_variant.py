@@ -66,7 +66,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from arlgym.arena.grid import parse_value, run_grid
     from arlgym.errors import ConfigError
-    from arlgym.quickstart import _paired_on, _wins_by_room, arena_spec, panel_eval, recipe_config
+    from arlgym.evaluation.decodings import paired_on_tasks, success_by_task
+    from arlgym.quickstart import arena_spec, panel_eval, recipe_config
     from arlgym.rollout import load_jsonl
 
     start, out = Path(args.start), Path(args.out)
@@ -88,14 +89,14 @@ def main(argv: list[str] | None = None) -> int:
         print(status, file=sys.stderr)
         return 1
     run = out / "arena" / args.algo / f"seed-{cfg.seed}"
-    before = _wins_by_room(load_jsonl(sft_eval))
+    before = success_by_task(load_jsonl(sft_eval))
     result: dict[str, Any] = {"from": str(start), "algo": args.algo, "set": args.set,
                               "sft": plan_consistency(sft_eval), "checkpoints": {}}
     for name, label in (("last", "final"), ("best", "best")):
         path = run / "eval" / f"test-{name}.jsonl"
         if not path.exists():
             continue
-        effect = _paired_on(before, _wins_by_room(load_jsonl(path)))
+        effect = paired_on_tasks(before, success_by_task(load_jsonl(path)))
         result["checkpoints"][label] = {"effect": effect, **plan_consistency(path)}
         print(f"{label}: RL - SFT {100 * effect['difference']:+.1f} ± {100 * effect['se']:.1f} "
               f"(z {effect['z']:+.2f}); slips on {result['checkpoints'][label]['slip_share']:.1%} "
@@ -107,11 +108,11 @@ def main(argv: list[str] | None = None) -> int:
     summary = json.loads((start / "quickstart.json").read_text()) if (start / "quickstart.json").exists() else {}
     best = summary.get("best_decoding")
     if best and (start / "eval_sft_greedy.jsonl").exists():
-        sft_wins = {"sampled": before, "greedy": _wins_by_room(load_jsonl(start / "eval_sft_greedy.jsonl"))}
+        sft_wins = {"sampled": before, "greedy": success_by_task(load_jsonl(start / "eval_sft_greedy.jsonl"))}
         checkpoint = run / "final"
         greedy = panel_eval(cfg, f"hf:{checkpoint}", out / "eval_greedy.jsonl", "greedy", progress=False)[1]
-        rl_wins = {"greedy": greedy, "sampled": _wins_by_room(load_jsonl(run / "eval" / "test-last.jsonl"))}
-        result["versus_best"] = {"best": best, **{d: _paired_on(sft_wins[best], rl_wins[d]) for d in rl_wins},
+        rl_wins = {"greedy": greedy, "sampled": success_by_task(load_jsonl(run / "eval" / "test-last.jsonl"))}
+        result["versus_best"] = {"best": best, **{d: paired_on_tasks(sft_wins[best], rl_wins[d]) for d in rl_wins},
                                  "rl_success": {d: sum(w.values()) / len(w) for d, w in rl_wins.items()},
                                  "sft_success": {d: sum(w.values()) / len(w) for d, w in sft_wins.items()}}
         for d in ("greedy", "sampled"):

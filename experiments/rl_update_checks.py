@@ -56,7 +56,7 @@ def one_update(trainer: Any) -> dict[str, float]:
     import numpy as np
     import torch
 
-    from arlgym.rl.trainer import _micro_batches
+    from arlgym.rl.update import micro_batches
 
     seen: dict[str, Any] = {}
     update = trainer._update
@@ -71,7 +71,7 @@ def one_update(trainer: Any) -> dict[str, float]:
     model = trainer.accelerator.unwrap_model(trainer.model)
     new: list[Any] = [None] * len(samples)
     with torch.no_grad():
-        for mb in _micro_batches(samples, list(range(len(samples))), trainer.cfg.micro_batch_tokens,
+        for mb in micro_batches(samples, list(range(len(samples))), trainer.cfg.micro_batch_tokens,
                                  trainer.share_prompts):
             logp, _, _ = trainer._logprobs(model, [samples[i] for i in mb], False)
             for row, i in enumerate(mb):

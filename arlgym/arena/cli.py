@@ -9,6 +9,7 @@ from typing import Any
 
 from arlgym.clikit import HelpFormatter
 from arlgym.errors import ConfigError, ModelNotFound
+from arlgym.rl.presets import preset_list
 
 __all__ = ["add_subparser"]
 
@@ -39,9 +40,6 @@ def _seeds(text: str) -> list[int]:
 
 def _presets(text: str) -> list[str]:
     """``--algos``: known presets only, a misspelt one named with a did-you-mean at parse time."""
-    from arlgym.errors import ConfigError
-    from arlgym.rl.presets import preset_list
-
     try:
         return preset_list("--algos", text, "arlgym arena run")
     except ConfigError as e:

@@ -35,6 +35,9 @@ from typing import Any
 
 from arlgym.core.validation import did_you_mean
 from arlgym.errors import ConfigError
+from arlgym.rl.config import TrainConfig
+from arlgym.rl.metrics import read_metrics_jsonl
+from arlgym.rl.presets import PRESETS
 from arlgym.rundir import SettingsMismatch, recorded_train_settings, settings_diff, train_settings
 
 __all__ = ["ArenaSpec", "RunSpec", "plan_runs", "run_status", "run_grid", "parse_override", "parse_value",
@@ -92,9 +95,6 @@ class ArenaSpec:
     overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def validate(self) -> None:
-        from arlgym.rl.config import TrainConfig
-        from arlgym.rl.presets import PRESETS
-
         if not self.algos:
             raise ConfigError("--algos: name at least one preset, e.g. --algos grpo,sampo")
         bad = [a for a in self.algos if a not in PRESETS]
@@ -182,8 +182,6 @@ def check_runs(spec: ArenaSpec, runs: list[RunSpec]) -> None:
     would skip or continue them as if they were this grid's). Runs without a checkpoint start
     afresh, so nothing of theirs is checked. Raises :class:`arlgym.rundir.SettingsMismatch`
     naming every differing setting, before anything is written."""
-    from arlgym.rl.config import TrainConfig
-
     differing: dict[str, list[str]] = {}
     for run in runs:
         if run_status(run) == "new":
@@ -250,8 +248,6 @@ def print_commands(spec: ArenaSpec, launcher: str = "accelerate") -> list[str]:
 
 def _steps_logged(run: RunSpec) -> int:
     """Optimizer steps a run has logged so far (its metrics.jsonl; a torn last line is skipped)."""
-    from arlgym.rl.metrics import read_metrics_jsonl
-
     path = run.folder / "metrics.jsonl"
     if not path.exists():
         return 0

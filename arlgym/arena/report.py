@@ -39,6 +39,8 @@ from arlgym.evaluation.decodings import DECODINGS
 from arlgym.evaluation.patterns import pattern_report, plot_transitions
 from arlgym.evaluation.sankey import plot_sankey_png, sankey_flows, write_sankey_html
 from arlgym.rl import metrics as M
+from arlgym.rl.losses import IS_GROUPS
+from arlgym.rollout import load_jsonl
 
 __all__ = ["RunResult", "load_runs", "pick_checkpoint", "build_table", "write_report", "DIMENSIONS", "CURVES",
            "mean_se"]
@@ -424,8 +426,6 @@ def plot_curves(runs: Sequence[RunResult], folder: Path) -> dict[str, Path]:
 
 def plot_is_analysis(run: RunResult, path: Path) -> Path | None:
     """Stacked areas of the IS groups' token share and KL share per step (one run)."""
-    from arlgym.rl.losses import IS_GROUPS
-
     rows = [r for r in run.rows if any(k.startswith(M.IS_GROUPS) for k in r)]
     if not rows:
         return None
@@ -463,8 +463,6 @@ def plot_is_analysis(run: RunResult, path: Path) -> Path | None:
 
 def write_flows(runs: Sequence[RunResult], folder: Path, checkpoint: str) -> dict[str, dict[str, str]]:
     """Per method: Sankey HTML + PNG and the transition heat map of its test episodes."""
-    from arlgym.rollout import load_jsonl
-
     by = defaultdict(list)
     for r in runs:
         name, _ = pick_checkpoint(r, checkpoint)

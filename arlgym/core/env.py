@@ -45,6 +45,7 @@ from arlgym.core.validation import (
     check_float,
     check_int,
     check_str,
+    did_you_mean,
     raise_unknown_kwargs,
 )
 from arlgym.errors import ConfigError, ResetNeeded
@@ -283,8 +284,6 @@ class AgentEnv(gym.Env[Any, str]):
         known = ("task_id", "split", *self.reset_option_keys)
         for key in options:
             if key not in known:
-                from arlgym.core.validation import did_you_mean
-
                 raise ConfigError(f"{where}: options key {key!r} is unknown{did_you_mean(key, known)}; "
                                   f"this env understands {', '.join(map(repr, known))}")
         if "task_id" in options:

@@ -374,7 +374,166 @@ DEFAULT_CONTEXT = "spawn"
 _BIG_PAYLOAD = 32 * 1024
 
 
-class AsyncGroupVecEnv(GroupVecEnv):
+class _WorkerLifecycle:
+    """Starting, ending and replacing the worker processes of :class:`AsyncGroupVecEnv`, and
+    turning a failed request into a restart, a retried reset or a :class:`WorkerError`."""
+
+    def _start(self, w: int) -> None:
+        parent, child = self._ctx.Pipe()
+        proc = self._ctx.Process(target=_worker, args=(child, self._factories[self._slices[w]], w),
+                                 daemon=True, name=f"arlgym-vec-worker-{w}")
+        proc.start()
+        child.close()
+        self._conns[w], self._procs[w] = parent, proc
+
+    def _await_ready(self, w: int) -> None:
+        build_timeout = None if self.timeout is None else max(self.timeout, 120.0)
+        try:
+            status, payload = self._recv(w, 0, build_timeout)
+        except _Failure as f:
+            hint = ""
+            if self._context in ("spawn", "forkserver") and not self._procs[w].is_alive():
+                hint = (f" With the {self._context!r} start method every worker re-imports your "
+                        "main script: if it builds the vector (or the collector/trainer) at top "
+                        "level, put that code under `if __name__ == \"__main__\":`, or pass "
+                        "context='fork'. The worker's own error, if any, is printed above.")
+            self._kill(w)
+            raise WorkerError(f"{self._describe(w)} failed while building its envs: {f.cause}.{hint}",
+                              worker=w, env_indices=self._envs_of(w), cause=f.cause) from None
+        if status == "error":
+            self._kill(w)
+            self._raise_env_error(w, "building its envs", payload)
+
+    def _kill(self, w: int) -> None:
+        proc, conn = self._procs[w], self._conns[w]
+        if proc is not None and proc.is_alive():
+            proc.kill()  # SIGKILL also ends a stopped (SIGSTOP) process
+        if proc is not None:
+            proc.join(timeout=5)
+        if conn is not None:
+            conn.close()
+
+    def _restart_worker(self, w: int, cause: str) -> list[Any] | None:
+        """Replace worker ``w``; its envs are reset with their last calls. Returns those reset
+        results (``None`` entries for envs never reset)."""
+        what = self._describe(w)
+        self._kill(w)
+        if self.restarts >= self.max_restarts:
+            self._failed[w] = cause
+            raise WorkerError(
+                f"{what} failed: {cause}; not replaced because the vector already replaced "
+                f"max_restarts={self.max_restarts} workers. Fix: find out why workers die (memory? "
+                "a crashing env?) or raise max_restarts.",
+                worker=w, env_indices=self._envs_of(w), cause=cause)
+        self.restarts += 1
+        logger.warning("%s failed (%s); replacing it (restart %d of at most %d)",
+                       what, cause, self.restarts, self.max_restarts)
+        self._start(w)
+        self._await_ready(w)
+        calls = self._last_calls[self._slices[w]]
+        if all(c is None for c in calls):
+            return None
+        seq = self._send(w, "reset", list(calls))
+        try:
+            status, payload = self._recv(w, seq, self.timeout)
+        except _Failure as f:
+            self._kill(w)
+            self._failed[w] = f.cause
+            raise WorkerError(f"{self._describe(w)} (a replacement) failed again while resetting "
+                              f"its envs: {f.cause}", worker=w, env_indices=self._envs_of(w),
+                              cause=f.cause) from None
+        if status == "error":
+            self._raise_env_error(w, "reset", payload)
+        return payload
+
+    def _death_cause(self, w: int) -> str:
+        proc = self._procs[w]
+        proc.join(timeout=1)
+        code = proc.exitcode
+        if code is None:
+            return "its pipe closed while the process is still running"
+        if code < 0:
+            import signal
+
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:
+                name = f"signal {-code}"
+            return f"the process was killed by {name}"
+        return f"the process exited with code {code}"
+
+    def _raise_env_error(self, w: int, what: str, payload: tuple[str, BaseException | None]):
+        text, exc = payload
+        if exc is not None:  # the env's own error (e.g. ConfigError for bad reset options)
+            if isinstance(exc, WorkerError) and exc.worker is None:  # e.g. EnvCrashed: say where
+                exc.worker, exc.env_indices = w, self._envs_of(w)
+            raise exc
+        raise WorkerError(f"an env of {self._describe(w)} raised during {what}:\n{text}",
+                          worker=w, env_indices=self._envs_of(w), cause=text.strip().splitlines()[-1])
+
+    def _handle_failures(self, cmd: str, payloads: dict[int, Any], failures: dict[int, str],
+                         replies: dict[int, Any], crashed: dict[int, str] | None = None) -> None:
+        """Dead/hung workers (``failures``) and, with ``restart=True``, live workers whose env
+        raised :class:`EnvCrashed` (``crashed``: the worker is kept; the env recovers on reset)
+        are handled alike: a ``reset`` is completed, any other request raises
+        :class:`WorkerRestarted` for all their envs (a step may have run on some of them)."""
+        crashed = crashed or {}
+        if not self.restart:
+            w, cause = next(iter(failures.items()))
+            already = w in self._failed
+            for fw, fcause in failures.items():
+                self._failed.setdefault(fw, fcause)
+                self._kill(fw)
+            others = "" if len(failures) == 1 else f" (and workers {sorted(failures)[1:]})"
+            usable = ("" if already else " The other workers stay usable; requests that involve "
+                      "this worker's envs will raise this error again.")
+            raise WorkerError(
+                f"{self._describe(w)}{others} failed during {cmd!r}: {cause}.{usable} Fix: pass "
+                "restart=True to replace dead workers (the rollout collector does), or timeout= "
+                "for slow envs.", worker=w, env_indices=self._envs_of(w), cause=cause)
+        restarted: list[int] = []
+        for w, cause in failures.items():
+            if w in self._failed:
+                raise WorkerError(f"{self._describe(w)} {cause}; build a new vector", worker=w,
+                                  env_indices=self._envs_of(w), cause=cause)
+            reset_results = self._restart_worker(w, cause)
+            restarted.append(w)
+            if cmd == "reset":  # replay the reset: the replacement was reset with these calls
+                replies[w] = self._retry_reset(w, payloads[w], reset_results)
+        for w, cause in crashed.items():
+            self.env_crashes += 1
+            logger.warning("an env of %s crashed during %r (%s); its episodes are lost",
+                           self._describe(w), cmd, cause)
+            if cmd == "reset":  # the env starts a new browser/simulator on reset: retry once
+                replies[w] = self._retry_reset(w, payloads[w], None)
+        if cmd == "reset":
+            return
+        envs = sorted(i for w in [*restarted, *crashed] for i in self._envs_of(w))
+        partial = self._flatten(cmd, replies, payloads)
+        what = []
+        if restarted:
+            what.append(f"{', '.join(self._describe(w) for w in restarted)} failed during {cmd!r} "
+                        f"({'; '.join(failures[w] for w in restarted)}) and was replaced")
+        if crashed:
+            what.append(f"an env of {', '.join(self._describe(w) for w in crashed)} crashed during "
+                        f"{cmd!r} ({'; '.join(crashed.values())})")
+        first = restarted[0] if restarted else next(iter(crashed))
+        raise WorkerRestarted(
+            f"{'; '.join(what)}; envs {envs} lost their episodes, so their groups must be "
+            "replayed from reset", worker=first, env_indices=envs,
+            cause=failures[first] if restarted else crashed[first], results=partial)
+
+    def _retry_reset(self, w: int, calls: list[Any], reset_results: list[Any] | None) -> list[Any]:
+        if reset_results is not None and list(calls) == list(self._last_calls[self._slices[w]]):
+            return reset_results
+        seq = self._send(w, "reset", calls)
+        status, payload = self._recv(w, seq, self.timeout)
+        if status == "error":
+            self._raise_env_error(w, "reset", payload)
+        return payload
+
+
+class AsyncGroupVecEnv(_WorkerLifecycle, GroupVecEnv):
     """Envs sharded over ``num_workers`` processes; every worker steps its shard concurrently.
 
     Every request carries a sequence number that the reply echoes, so a reply left over from an
@@ -471,74 +630,6 @@ class AsyncGroupVecEnv(GroupVecEnv):
         what = f" of {self._env_id}" if self._env_id else ""
         return f"vector worker {w} (pid {pid}, {span}{what})"
 
-    def _start(self, w: int) -> None:
-        parent, child = self._ctx.Pipe()
-        proc = self._ctx.Process(target=_worker, args=(child, self._factories[self._slices[w]], w),
-                                 daemon=True, name=f"arlgym-vec-worker-{w}")
-        proc.start()
-        child.close()
-        self._conns[w], self._procs[w] = parent, proc
-
-    def _await_ready(self, w: int) -> None:
-        build_timeout = None if self.timeout is None else max(self.timeout, 120.0)
-        try:
-            status, payload = self._recv(w, 0, build_timeout)
-        except _Failure as f:
-            hint = ""
-            if self._context in ("spawn", "forkserver") and not self._procs[w].is_alive():
-                hint = (f" With the {self._context!r} start method every worker re-imports your "
-                        "main script: if it builds the vector (or the collector/trainer) at top "
-                        "level, put that code under `if __name__ == \"__main__\":`, or pass "
-                        "context='fork'. The worker's own error, if any, is printed above.")
-            self._kill(w)
-            raise WorkerError(f"{self._describe(w)} failed while building its envs: {f.cause}.{hint}",
-                              worker=w, env_indices=self._envs_of(w), cause=f.cause) from None
-        if status == "error":
-            self._kill(w)
-            self._raise_env_error(w, "building its envs", payload)
-
-    def _kill(self, w: int) -> None:
-        proc, conn = self._procs[w], self._conns[w]
-        if proc is not None and proc.is_alive():
-            proc.kill()  # SIGKILL also ends a stopped (SIGSTOP) process
-        if proc is not None:
-            proc.join(timeout=5)
-        if conn is not None:
-            conn.close()
-
-    def _restart_worker(self, w: int, cause: str) -> list[Any] | None:
-        """Replace worker ``w``; its envs are reset with their last calls. Returns those reset
-        results (``None`` entries for envs never reset)."""
-        what = self._describe(w)
-        self._kill(w)
-        if self.restarts >= self.max_restarts:
-            self._failed[w] = cause
-            raise WorkerError(
-                f"{what} failed: {cause}; not replaced because the vector already replaced "
-                f"max_restarts={self.max_restarts} workers. Fix: find out why workers die (memory? "
-                "a crashing env?) or raise max_restarts.",
-                worker=w, env_indices=self._envs_of(w), cause=cause)
-        self.restarts += 1
-        logger.warning("%s failed (%s); replacing it (restart %d of at most %d)",
-                       what, cause, self.restarts, self.max_restarts)
-        self._start(w)
-        self._await_ready(w)
-        calls = self._last_calls[self._slices[w]]
-        if all(c is None for c in calls):
-            return None
-        seq = self._send(w, "reset", list(calls))
-        try:
-            status, payload = self._recv(w, seq, self.timeout)
-        except _Failure as f:
-            self._kill(w)
-            self._failed[w] = f.cause
-            raise WorkerError(f"{self._describe(w)} (a replacement) failed again while resetting "
-                              f"its envs: {f.cause}", worker=w, env_indices=self._envs_of(w),
-                              cause=f.cause) from None
-        if status == "error":
-            self._raise_env_error(w, "reset", payload)
-        return payload
-
     # ------------------------------------------------------------------ messaging
     def _send(self, w: int, cmd: str, payload: Any) -> int:
         """Send one request; returns its sequence number. Raises _Failure if the pipe is gone
@@ -585,22 +676,6 @@ class AsyncGroupVecEnv(GroupVecEnv):
             return "the process is stopped (SIGSTOP/SIGTSTP)"
         return "the process is alive but unresponsive"
 
-    def _death_cause(self, w: int) -> str:
-        proc = self._procs[w]
-        proc.join(timeout=1)
-        code = proc.exitcode
-        if code is None:
-            return "its pipe closed while the process is still running"
-        if code < 0:
-            import signal
-
-            try:
-                name = signal.Signals(-code).name
-            except ValueError:
-                name = f"signal {-code}"
-            return f"the process was killed by {name}"
-        return f"the process exited with code {code}"
-
     def _recv(self, w: int, seq: int, timeout: float | None) -> tuple[str, Any]:
         """The reply to request ``seq`` of worker ``w``; stale replies are dropped."""
         conn, proc = self._conns[w], self._procs[w]
@@ -624,15 +699,6 @@ class AsyncGroupVecEnv(GroupVecEnv):
             if rseq == seq:
                 return status, payload
             # a reply to an earlier request that failed or timed out: never use it
-
-    def _raise_env_error(self, w: int, what: str, payload: tuple[str, BaseException | None]):
-        text, exc = payload
-        if exc is not None:  # the env's own error (e.g. ConfigError for bad reset options)
-            if isinstance(exc, WorkerError) and exc.worker is None:  # e.g. EnvCrashed: say where
-                exc.worker, exc.env_indices = w, self._envs_of(w)
-            raise exc
-        raise WorkerError(f"an env of {self._describe(w)} raised during {what}:\n{text}",
-                          worker=w, env_indices=self._envs_of(w), cause=text.strip().splitlines()[-1])
 
     def _request(self, cmd: str, payloads: dict[int, Any]) -> dict[int, Any]:
         """Send ``payloads[w]`` to each worker ``w``, read every reply, then handle failures.
@@ -670,67 +736,6 @@ class AsyncGroupVecEnv(GroupVecEnv):
         for w, payload in errors.items():
             self._raise_env_error(w, cmd, payload)
         return replies
-
-    def _handle_failures(self, cmd: str, payloads: dict[int, Any], failures: dict[int, str],
-                         replies: dict[int, Any], crashed: dict[int, str] | None = None) -> None:
-        """Dead/hung workers (``failures``) and, with ``restart=True``, live workers whose env
-        raised :class:`EnvCrashed` (``crashed``: the worker is kept; the env recovers on reset)
-        are handled alike: a ``reset`` is completed, any other request raises
-        :class:`WorkerRestarted` for all their envs (a step may have run on some of them)."""
-        crashed = crashed or {}
-        if not self.restart:
-            w, cause = next(iter(failures.items()))
-            already = w in self._failed
-            for fw, fcause in failures.items():
-                self._failed.setdefault(fw, fcause)
-                self._kill(fw)
-            others = "" if len(failures) == 1 else f" (and workers {sorted(failures)[1:]})"
-            usable = ("" if already else " The other workers stay usable; requests that involve "
-                      "this worker's envs will raise this error again.")
-            raise WorkerError(
-                f"{self._describe(w)}{others} failed during {cmd!r}: {cause}.{usable} Fix: pass "
-                "restart=True to replace dead workers (the rollout collector does), or timeout= "
-                "for slow envs.", worker=w, env_indices=self._envs_of(w), cause=cause)
-        restarted: list[int] = []
-        for w, cause in failures.items():
-            if w in self._failed:
-                raise WorkerError(f"{self._describe(w)} {cause}; build a new vector", worker=w,
-                                  env_indices=self._envs_of(w), cause=cause)
-            reset_results = self._restart_worker(w, cause)
-            restarted.append(w)
-            if cmd == "reset":  # replay the reset: the replacement was reset with these calls
-                replies[w] = self._retry_reset(w, payloads[w], reset_results)
-        for w, cause in crashed.items():
-            self.env_crashes += 1
-            logger.warning("an env of %s crashed during %r (%s); its episodes are lost",
-                           self._describe(w), cmd, cause)
-            if cmd == "reset":  # the env starts a new browser/simulator on reset: retry once
-                replies[w] = self._retry_reset(w, payloads[w], None)
-        if cmd == "reset":
-            return
-        envs = sorted(i for w in [*restarted, *crashed] for i in self._envs_of(w))
-        partial = self._flatten(cmd, replies, payloads)
-        what = []
-        if restarted:
-            what.append(f"{', '.join(self._describe(w) for w in restarted)} failed during {cmd!r} "
-                        f"({'; '.join(failures[w] for w in restarted)}) and was replaced")
-        if crashed:
-            what.append(f"an env of {', '.join(self._describe(w) for w in crashed)} crashed during "
-                        f"{cmd!r} ({'; '.join(crashed.values())})")
-        first = restarted[0] if restarted else next(iter(crashed))
-        raise WorkerRestarted(
-            f"{'; '.join(what)}; envs {envs} lost their episodes, so their groups must be "
-            "replayed from reset", worker=first, env_indices=envs,
-            cause=failures[first] if restarted else crashed[first], results=partial)
-
-    def _retry_reset(self, w: int, calls: list[Any], reset_results: list[Any] | None) -> list[Any]:
-        if reset_results is not None and list(calls) == list(self._last_calls[self._slices[w]]):
-            return reset_results
-        seq = self._send(w, "reset", calls)
-        status, payload = self._recv(w, seq, self.timeout)
-        if status == "error":
-            self._raise_env_error(w, "reset", payload)
-        return payload
 
     def _flatten(self, cmd: str, replies: dict[int, Any], payloads: dict[int, Any]) -> list[Any]:
         """Per-env results from per-worker replies; envs of workers without a reply get

@@ -19,6 +19,19 @@ import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from arlgym.envs.alfworld.generator import DEFAULT_SPLIT_SIZES, generate_game
+from arlgym.envs.sokoban.env import SokobanEnv
+from arlgym.envs.sokoban.env import room_content_key as key
+from arlgym.envs.tir_math.problems import (
+    SPLIT_SEED_RANGES,
+    content_split,
+    generate_problem,
+    panel_seeds,
+    problem_content_key,
+)
+from arlgym.envs.webshop.env import load_shop
+from arlgym.envs.webshop.splits import HeldOutGoals, goal_content_key, split_range
+
 __all__ = ["SplitOverlap", "count_overlap", "audit_alfworld", "audit_webshop", "audit_tir",
            "audit_sokoban", "format_table", "main"]
 
@@ -58,8 +71,6 @@ def _row(env: str, split: str, held: Sequence[str], train: Sequence[str], scope:
 def audit_alfworld(seed: int = 0) -> list[SplitOverlap]:
     """Generated ALFWorld at ALFWorld's sizes: every game of every split (first draw of each
     slot; a slot whose draw the expert cannot win is redrawn, again at random)."""
-    from arlgym.envs.alfworld.generator import DEFAULT_SPLIT_SIZES, generate_game
-
     def games(split: str) -> list:
         return [generate_game(split, i, seed=seed) for i in range(DEFAULT_SPLIT_SIZES[split])]
 
@@ -81,9 +92,6 @@ def audit_alfworld(seed: int = 0) -> list[SplitOverlap]:
 
 def audit_webshop(num_products: int = 1000, catalog_seed: int = 0) -> list[SplitOverlap]:
     """The synthetic catalog: every test and val goal against every goal train may draw."""
-    from arlgym.envs.webshop.env import load_shop
-    from arlgym.envs.webshop.splits import HeldOutGoals, goal_content_key, split_range
-
     catalog, _ = load_shop(None, num_products, catalog_seed)
     goals = catalog.goals
     train = [goals[j] for j in HeldOutGoals.of(catalog).train_indices(catalog)]
@@ -102,14 +110,6 @@ def audit_tir(train_seeds: int = 20_000, panel: int = 500) -> list[SplitOverlap]
     the first ``train_seeds`` train seeds. The train split has 2**30 seeds; that no seed of it
     reaches a held-out question follows from :func:`~arlgym.envs.tir_math.problems.content_split`,
     which the ``near`` column checks: held-out items whose key the train split owns."""
-    from arlgym.envs.tir_math.problems import (
-        SPLIT_SEED_RANGES,
-        content_split,
-        generate_problem,
-        panel_seeds,
-        problem_content_key,
-    )
-
     def keys(seeds: Iterable[int]) -> list[str]:
         return [problem_content_key(p.question, p.family) for p in map(generate_problem, seeds)]
 
@@ -128,9 +128,6 @@ def audit_sokoban(dim_room: int = 7, num_boxes: int = 1, train_rooms: int = 3000
                   panel: int = 200) -> list[SplitOverlap]:
     """Sokoban rooms: each held-out panel against ``train_rooms`` training draws, by puzzle
     (:func:`arlgym.envs.sokoban.env.room_content_key`)."""
-    from arlgym.envs.sokoban.env import SokobanEnv
-    from arlgym.envs.sokoban.env import room_content_key as key
-
     env = SokobanEnv(dim_room=dim_room, num_boxes=num_boxes)
     train = []
     for k in range(train_rooms):

@@ -14,6 +14,7 @@ import json
 from typing import Any
 
 import arlgym
+from arlgym.evaluation.runner import eval_task_list
 
 __all__ = ["make_panel", "panel_hash"]
 
@@ -28,8 +29,6 @@ def panel_hash(panel: dict[str, Any]) -> str:
 def make_panel(env_id: str, split: str, episodes: int, env_kwargs: dict[str, Any] | None = None,
                ) -> dict[str, Any]:
     """The panel of the first ``episodes`` tasks of ``split`` (what ``evaluate`` plays)."""
-    from arlgym.evaluation.runner import eval_task_list
-
     env_kwargs = dict(env_kwargs or {})
     panel = {"env_id": env_id, "env_kwargs": env_kwargs, "split": split,
              "task_ids": eval_task_list(env_id, split, episodes, env_kwargs),

@@ -11,7 +11,8 @@ from arlgym.errors import ConfigError, WorkerError
 from arlgym.evaluation.metrics import format_summary, summarize
 from arlgym.policies.base import Policy, SamplingParams
 from arlgym.rollout import RolloutCollector, Trajectory, iter_jsonl, save_jsonl
-from arlgym.rundir import SettingsMismatch, check_settings, settings_of
+from arlgym.rundir import SettingsMismatch, check_settings, settings_of, write_settings
+from arlgym.serve.client import server_tasks
 
 __all__ = ["evaluate", "eval_task_list"]
 
@@ -22,8 +23,6 @@ def eval_task_list(env_id: str, split: str, episodes: int, env_kwargs: dict[str,
     ``servers``, as the first server lists them (``GET /tasks``), so this machine needs
     neither the env's package nor its data."""
     if servers:
-        from arlgym.serve.client import server_tasks
-
         tasks = server_tasks(servers[0], env_id, split, episodes, server_token)
     else:
         env = make_checked_env(env_id, env_kwargs)
@@ -125,8 +124,6 @@ def evaluate(
     if out is not None:
         _check_out(out)  # a folder or an unwritable path first (it creates a missing file empty)
         _check_settings(out, settings)
-        from arlgym.rundir import write_settings
-
         write_settings(settings_path(out), settings)
     tasks = eval_task_list(env_id, split, episodes, env_kwargs, servers, server_token)
     wanted = [(t, k) for t in tasks for k in range(samples_per_task)]

@@ -22,6 +22,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from arlgym.errors import WorkerError
+from arlgym.models import (
+    is_vision_model,
+    load_model_and_tokenizer,
+    load_processor,
+    load_tokenizer,
+    model_path,
+)
+from arlgym.policies.hf import HFPolicy
+from arlgym.policies.vllm import VLLMPolicy
+from arlgym.policies.vllm_server import GROUP_PORT, VLLMServerPolicy
+
 __all__ = ["ENGINES", "EngineSpec", "Loader", "make_engine"]
 
 #: the engine kinds, as ``rollout_engine`` names them
@@ -90,9 +102,6 @@ def make_engine(spec: EngineSpec, *, index: int = 0, model: Any = None, tokenize
 
 
 def _vllm(spec: EngineSpec, index: int, colocated: bool) -> tuple[Any, Loader]:
-    from arlgym.models import model_path
-    from arlgym.policies.vllm import VLLMPolicy
-
     backend = {"distributed_executor_backend": "external_launcher"} if colocated else {}
     policy = VLLMPolicy(str(model_path(spec.model, seed=spec.seed)),
                         gpu_memory_utilization=spec.gpu_memory_utilization, **backend,
@@ -106,9 +115,6 @@ def _vllm(spec: EngineSpec, index: int, colocated: bool) -> tuple[Any, Loader]:
 
 
 def _vllm_server(spec: EngineSpec, index: int, tokenizer: Any, device: Any) -> tuple[Any, Loader]:
-    from arlgym.models import load_tokenizer
-    from arlgym.policies.vllm_server import GROUP_PORT, VLLMServerPolicy
-
     policy = VLLMServerPolicy(spec.urls[index % len(spec.urls)],
                               tokenizer if tokenizer is not None else load_tokenizer(spec.model),
                               device=device, group_port=GROUP_PORT + index)
@@ -122,15 +128,10 @@ def _vllm_server(spec: EngineSpec, index: int, tokenizer: Any, device: Any) -> t
 
 def _hf(spec: EngineSpec, index: int, model: Any, tokenizer: Any,
         processor: Any) -> tuple[Any, Loader]:
-    from arlgym.errors import WorkerError
-    from arlgym.policies.hf import HFPolicy
-
     if model is not None:  # the live model: every update is already in it
         policy = HFPolicy(model, tokenizer=tokenizer, processor=processor,
                           batch_size=spec.generation_batch_size)
         return policy, lambda _version, _state: None
-    from arlgym.models import is_vision_model, load_model_and_tokenizer, load_processor
-
     model, tokenizer = load_model_and_tokenizer(spec.model, seed=spec.seed)
     # a vision-language model samples with its processor, as the learner's own policy does
     processor = load_processor(spec.model) if is_vision_model(model) else None

@@ -36,6 +36,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from arlgym.errors import ConfigError
+from arlgym.models import is_vision_model, load_model_and_tokenizer, load_processor
 from arlgym.policies.base import (
     IMAGE_PLACEHOLDER,
     Completion,
@@ -173,14 +174,10 @@ class HFPolicy:
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ConfigError(f"batch_size must be a positive int, got {batch_size!r}")
         if isinstance(model_or_name, str):
-            from arlgym.models import load_model_and_tokenizer
-
             model, loaded_tokenizer = load_model_and_tokenizer(
                 model_or_name, dtype=dtype, device=device
             )
             if processor is None:
-                from arlgym.models import load_processor
-
                 processor = load_processor(model_or_name)
             tokenizer = tokenizer or (processor.tokenizer if processor is not None else loaded_tokenizer)
             self.name = f"hf:{model_or_name}"
@@ -193,8 +190,6 @@ class HFPolicy:
             self.name = f"hf:{getattr(model.config, 'name_or_path', '') or type(model).__name__}"
         if tokenizer.pad_token_id is None and tokenizer.eos_token_id is None:
             raise ConfigError("the tokenizer has neither a pad nor an EOS token; set one")
-        from arlgym.models import is_vision_model
-
         if processor is None and is_vision_model(model):
             raise ConfigError("HFPolicy(model, processor=...): a vision-language model object needs "
                               "its processor (arlgym.models.load_processor(name))")

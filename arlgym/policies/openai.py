@@ -39,6 +39,7 @@ from typing import Any
 
 from arlgym.errors import ConfigError, PolicyRequestError
 from arlgym.policies.base import Completion, SamplingParams
+from arlgym.policies.hf import vision_messages
 
 __all__ = ["OpenAIPolicy", "png_base64", "TOOL_SYSTEM_PROMPT", "tool_call_text"]
 
@@ -150,8 +151,6 @@ class OpenAIPolicy:
         if isinstance(prompt, dict) and prompt.get("image") is not None:
             # the image goes where the text says <image> (first when it does not), as a PNG
             # data URL (the OpenAI / vLLM-serve multimodal chat format)
-            from arlgym.policies.hf import vision_messages
-
             url = f"data:image/png;base64,{png_base64(prompt['image'])}"
             content = [{"type": "image_url", "image_url": {"url": url}} if part["type"] == "image"
                        else part for part in vision_messages(prompt)[0]["content"]]

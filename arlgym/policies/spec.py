@@ -10,6 +10,13 @@ from typing import Any
 
 from arlgym.core.validation import did_you_mean
 from arlgym.errors import UnknownPolicyError
+from arlgym.policies.scripted import (
+    ExpertPolicy,
+    GreedyTeacherPolicy,
+    HumanPolicy,
+    RandomPolicy,
+    SlipPolicy,
+)
 
 __all__ = ["make_policy", "seeded_policy", "draws_its_own", "POLICY_KINDS", "check_policy_spec"]
 
@@ -52,20 +59,12 @@ def make_policy(spec: str, **kwargs: Any):
         raise UnknownPolicyError(f"a policy spec must be a non-empty string, got {spec!r}")
     spec = spec.strip()
     if spec == "expert":
-        from arlgym.policies.scripted import ExpertPolicy
-
         return ExpertPolicy(**kwargs)
     if spec == "greedy":
-        from arlgym.policies.scripted import GreedyTeacherPolicy
-
         return GreedyTeacherPolicy(**kwargs)
     if spec == "random":
-        from arlgym.policies.scripted import RandomPolicy
-
         return RandomPolicy(**kwargs)
     if spec == "human":
-        from arlgym.policies.scripted import HumanPolicy
-
         return HumanPolicy(**kwargs)
     kind, sep, rest = spec.partition(":")
     if sep and rest:
@@ -78,8 +77,6 @@ def make_policy(spec: str, **kwargs: Any):
 
             return VLLMPolicy(rest, **kwargs)
         if kind in ("slips", "mistakes"):
-            from arlgym.policies.scripted import SlipPolicy
-
             p, sep2, base = rest.partition(":")
             try:
                 prob = float(p)

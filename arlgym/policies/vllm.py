@@ -40,7 +40,10 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from arlgym.errors import MissingDependency
+from arlgym.models import MODEL_ALIASES, load_processor
+from arlgym.models import model_path as materialise
 from arlgym.policies.base import Completion, SamplingParams, prompt_image, prompt_text
+from arlgym.policies.hf import chat_prompt_ids, vision_prompt_inputs
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -85,9 +88,6 @@ class VLLMPolicy:
         **engine_kwargs: Any,
     ) -> None:
         vllm = import_vllm()
-        from arlgym.models import MODEL_ALIASES
-        from arlgym.models import model_path as materialise
-
         path = str(materialise(model_path)) if model_path in MODEL_ALIASES else model_path
         engine_kwargs.setdefault("logprobs_mode", "processed_logprobs")
         self.name = f"vllm:{model_path}"
@@ -99,8 +99,6 @@ class VLLMPolicy:
         )
         self.tokenizer = self.llm.get_tokenizer()
         self._vllm = vllm
-        from arlgym.models import load_processor
-
         #: the HF processor of a vision-language model (None: text model)
         self.processor = load_processor(path)
 
@@ -114,8 +112,6 @@ class VLLMPolicy:
     ) -> list[Completion]:
         """One response per prompt. With ``sampling.seed``, request ``i`` uses ``seed + i``,
         so identical prompts in a group still get different samples."""
-        from arlgym.policies.hf import chat_prompt_ids
-
         sampling = sampling or SamplingParams()
         prompt_ids: list[list[int]] = []
         images: list[dict[str, Any] | None] = []
@@ -124,8 +120,6 @@ class VLLMPolicy:
             if self.processor is not None and prompt_image(p) is not None:
                 import numpy as np
                 from PIL import Image
-
-                from arlgym.policies.hf import vision_prompt_inputs
 
                 ids, image_inputs = vision_prompt_inputs(self.processor, p)
                 image = Image.fromarray(np.asarray(prompt_image(p), dtype=np.uint8))

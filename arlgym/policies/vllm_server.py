@@ -30,6 +30,7 @@ from typing import Any
 
 from arlgym.errors import ConfigError, MissingDependency
 from arlgym.policies.base import Completion, SamplingParams, prompt_image, prompt_text
+from arlgym.policies.hf import chat_prompt_ids
 
 __all__ = ["VLLMServerPolicy", "make_client"]
 
@@ -94,8 +95,6 @@ class VLLMServerPolicy:
     def generate(self, prompts: Sequence[Any], sampling: SamplingParams | None = None, *,
                  envs: Sequence[Any] | None = None) -> list[Completion]:
         """One response per prompt, in order (``envs`` is ignored)."""
-        from arlgym.policies.hf import chat_prompt_ids
-
         sampling = sampling or SamplingParams()
         ids: list[list[int]] = []
         for p in prompts:

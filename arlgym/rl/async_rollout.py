@@ -35,9 +35,11 @@ from typing import Any
 import torch
 
 from arlgym.errors import ConfigError, WorkerError
+from arlgym.policies import SamplingParams
 from arlgym.policies.engine import EngineSpec, make_engine
 from arlgym.rl import metrics as M
 from arlgym.rl.staleness import StalenessScheduler
+from arlgym.rollout import RolloutCollector
 
 __all__ = ["AsyncRollouts", "Job", "WorkerSpec", "job_seed", "worker_engine"]
 
@@ -115,9 +117,6 @@ def _worker_main(spec: WorkerSpec, jobs: Any, weights: Any, results: Any, index:
     """A rollout worker's loop (runs in its own process)."""
     if spec.torch_threads:
         torch.set_num_threads(spec.torch_threads)
-    from arlgym.policies import SamplingParams
-    from arlgym.rollout import RolloutCollector
-
     policy, load = worker_engine(spec, index)
     # the vector's mode as in the synchronous trainer ("auto"): envs that are not thread-safe
     # (ALFWorld) step and reset in their own processes, off the worker's sampling thread, on

@@ -14,12 +14,13 @@ saves the LM head on the whole prompt, and position ids are counted from the fir
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor
 
+from arlgym.policies.hf import TOKEN_ALIGNED_KEYS, batch_image_inputs
 from arlgym.policies.special_tokens import truncate_at
 from arlgym.rl import metrics as M
 from arlgym.rl.logprobs import fused_logprobs, lm_head_passthrough, selective_logprobs
@@ -67,8 +68,19 @@ class TokenSample:
     old_logprobs: Tensor | None = None
     ref_logprobs: Tensor | None = None
     entropy: float | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
     image_inputs: dict[str, Any] | None = None
+    #: Learner updates between the weights that sampled this turn and the weights it trains
+    #: (``async_rollouts``; 0 on the synchronous path). Non-zero rules out reusing the sampler's
+    #: log-probs as the old ones (:func:`arlgym.rl.update.old_from_rollout`).
+    staleness: int = 0
+    #: The rollout correction's per-token weights (:mod:`arlgym.rl.correction`), one per
+    #: response token; None when no correction is applied.
+    rollout_weight: Tensor | None = None
+    #: The first response token the credit hook credits (:mod:`arlgym.rl.credit`): the loss
+    #: masks out the tokens before it; 0 credits the whole response.
+    credit_from: int = 0
+    #: Whether the response was cut at a VLM image-slot token (:func:`token_samples`).
+    cut_at_image_slot: bool = False
 
     @property
     def num_tokens(self) -> int:
@@ -81,7 +93,7 @@ def token_samples(trajectories: Sequence[Any], *,
 
     Turns whose response has no token ids (scripted policies) cannot be trained on and raise.
     ``stop_ids``: a VLM's image-slot token ids; a response holding one is trained only up to it
-    (``extra["cut_at_image_slot"]``; :mod:`arlgym.policies.special_tokens`, rule 2), since the
+    (``cut_at_image_slot``; :mod:`arlgym.policies.special_tokens`, rule 2), since the
     model would otherwise look for an image that is not there.
     """
     out: list[TokenSample] = []
@@ -102,7 +114,7 @@ def token_samples(trajectories: Sequence[Any], *,
                 prompt_ids=list(s.prompt_token_ids), response_ids=response,
                 rollout_logprobs=logprobs,
                 image_inputs=getattr(s, "image_inputs", None),
-                extra={"cut_at_image_slot": True} if cut else {},
+                cut_at_image_slot=bool(cut),
             ))
     return out
 
@@ -186,8 +198,6 @@ def _pack_images(samples: Sequence[TokenSample], p_max: int, r_max: int,
     if not all(with_images):
         raise ValueError("pack(): a micro-batch mixes turns with and without images; vision "
                          "envs give every turn an image")
-    from arlgym.policies.hf import TOKEN_ALIGNED_KEYS, batch_image_inputs
-
     out = batch_image_inputs([s.image_inputs for s in samples], total=p_max, left=True)
     for key in TOKEN_ALIGNED_KEYS:  # responses are text: zero type ids after the prompt
         if key in out:

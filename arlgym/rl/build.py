@@ -9,6 +9,7 @@ what it needs explicitly, and returns its part; none reaches into another's stat
 
 from __future__ import annotations
 
+import json
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,12 +19,17 @@ import torch
 
 from arlgym.envs.servers import env_server_kwargs as remote_kwargs
 from arlgym.errors import ConfigError
+from arlgym.models import is_vision_model, load_model_and_tokenizer, load_processor
 from arlgym.policies.special_tokens import image_slot_token_ids
 from arlgym.rl.config import TrainConfig
+from arlgym.rl.logprobs import logit_rows_budget, resolve_lm_head
+from arlgym.rl.lora import apply_lora
+from arlgym.rl.presets import make_sampler
+from arlgym.rollout import RolloutCollector
 
 __all__ = ["ModelParts", "check_setup", "resolve_engine", "build_accelerator", "build_model",
            "build_reference", "build_optimizer", "build_sampler", "build_collector",
-           "env_server_kwargs", "env_seed"]
+           "env_server_kwargs", "env_seed", "record_run"]
 
 
 @dataclass
@@ -103,16 +109,25 @@ def build_accelerator(out: Path, log_with: str | None) -> Any:
     )
 
 
+def record_run(accelerator: Any, out: Path, cfg: TrainConfig, algo: dict[str, Any],
+               log_with: str | None) -> None:
+    """The run's ``config.json`` (settings and resolved algorithm, main process only) and, with
+    ``log_with``, the trackers started with the scalar settings."""
+    if accelerator.is_main_process:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "config.json").write_text(json.dumps(
+            {"config": cfg.__dict__, "algorithm": algo}, indent=2, default=str))
+    if log_with:
+        accelerator.init_trackers("arlgym", config={k: v for k, v in cfg.__dict__.items()
+                                                    if isinstance(v, (int, float, str, bool))})
+
+
 def build_model(cfg: TrainConfig) -> ModelParts:
     """The policy model: loaded (seeded ``tiny`` weights), its VLM processor, the logits bound,
     LoRA adapters and gradient checkpointing as configured, left in train mode.
 
     The caller seeds the global RNG first: LoRA's adapters are drawn from it.
     """
-    from arlgym.models import is_vision_model, load_model_and_tokenizer, load_processor
-    from arlgym.rl.logprobs import logit_rows_budget, resolve_lm_head
-    from arlgym.rl.lora import apply_lora
-
     model, tokenizer = load_model_and_tokenizer(cfg.model, seed=cfg.seed)
     # A vision-language model samples and trains with its processor's image inputs.
     processor = load_processor(cfg.model) if is_vision_model(model) else None
@@ -151,8 +166,6 @@ def build_reference(cfg: TrainConfig, kl_coef: float, lora: bool, device: Any) -
     policy with its adapters off, so no second copy of the weights is kept)."""
     if kl_coef <= 0 or lora:
         return None
-    from arlgym.models import load_model_and_tokenizer
-
     ref, _ = load_model_and_tokenizer(cfg.model, seed=cfg.seed)
     ref.requires_grad_(False)
     return ref.to(device).eval()
@@ -174,8 +187,6 @@ def _task_return(traj: Any) -> float:
 def build_sampler(algo: dict[str, Any], target_groups: int) -> Any:
     """The preset's dynamic sampler (None when it does not filter). ARLArena filters on the
     env's task return, without the trainer's format penalties."""
-    from arlgym.rl.presets import make_sampler
-
     return make_sampler(algo, target_groups=target_groups, returns_of=_task_return)
 
 
@@ -193,8 +204,6 @@ def env_server_kwargs(env_servers: str) -> dict[str, Any]:
 def build_collector(cfg: TrainConfig, policy: Any, num_tasks: int, seed: int) -> Any:
     """The rank's :class:`~arlgym.rollout.RolloutCollector`: ``num_tasks`` groups of
     ``group_size`` per batch from env seed ``seed`` on, local envs or ``env_servers``."""
-    from arlgym.rollout import RolloutCollector
-
     return RolloutCollector(
         cfg.env_id, policy, group_size=cfg.group_size, num_tasks=num_tasks,
         env_kwargs=cfg.env_kwargs, seed=seed, progress=False,

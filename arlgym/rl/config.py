@@ -15,6 +15,11 @@ from typing import Any
 from arlgym.core import validation as v
 from arlgym.core.validation import check_choice, did_you_mean, make_checked_env
 from arlgym.errors import ConfigError
+from arlgym.rl.advantages import NORM_MODES, compute_advantages
+from arlgym.rl.alarm import ON_COLLAPSE, REMEDY_NAMES
+from arlgym.rl.losses import policy_loss
+from arlgym.rl.presets import PRESETS
+from arlgym.rl.registry import ADVANTAGES, AGGREGATIONS, LOSSES
 
 __all__ = ["TrainConfig", "check_env"]
 
@@ -274,7 +279,7 @@ class TrainConfig:
             raise ConfigError("vllm_server_urls is set but rollout_engine is "
                               f"{self.rollout_engine}. Fix: --rollout_engine vllm_server, or drop "
                               "vllm_server_urls")
-        self._check_collapse_settings()
+        _check_collapse_settings(self)
         if self.save_best and self.eval_steps <= 0:
             raise ConfigError("save_best needs a periodic eval: set eval_steps > 0 (and eval_split "
                               "to a validation split)")
@@ -319,45 +324,6 @@ class TrainConfig:
                     raise ConfigError(f"--{name} must be JSON, got {value!r}") from e
 
 
-    def _check_collapse_settings(self) -> None:
-        """``on_collapse`` and its knobs; ``stop_on_collapse`` is ``on_collapse stop``."""
-        from arlgym.rl.alarm import ON_COLLAPSE, REMEDY_NAMES
-
-        if self.on_collapse not in ON_COLLAPSE:
-            raise ConfigError(f"on_collapse={self.on_collapse!r} is unknown: expected one of "
-                              f"{', '.join(ON_COLLAPSE)}. Fix: --on_collapse rollback")
-        if self.stop_on_collapse:
-            if self.on_collapse == "rollback":
-                raise ConfigError("stop_on_collapse true and on_collapse rollback contradict "
-                                  "each other. Fix: drop stop_on_collapse")
-            self.on_collapse = "stop"
-        if self.rollback_remedy not in REMEDY_NAMES:
-            raise ConfigError(f"rollback_remedy={self.rollback_remedy!r} is unknown: expected "
-                              f"one of {', '.join(REMEDY_NAMES)}. Fix: --rollback_remedy halve_lr")
-        if self.on_collapse != "warn" and not self.collapse_alarm:
-            raise ConfigError(f"on_collapse {self.on_collapse} needs the alarm: set "
-                              "collapse_alarm true (or on_collapse warn)")
-        if self.on_collapse == "rollback" and self.async_rollouts:
-            raise ConfigError("on_collapse rollback restores the learner in place; async "
-                              "rollout workers would keep sampling the abandoned versions. Fix: "
-                              "--on_collapse stop with async_rollouts, or async_rollouts false")
-        if self.rollback_from not in ROLLBACK_FROM:
-            raise ConfigError(f"rollback_from={self.rollback_from!r} is unknown: expected one of "
-                              f"{', '.join(ROLLBACK_FROM)}. Fix: --rollback_from checkpoints")
-        if self.on_collapse == "rollback" and self.rollback_from == "checkpoints":
-            if self.save_steps <= 0:
-                raise ConfigError("rollback_from checkpoints goes back to the run's checkpoints, "
-                                  "and save_steps 0 writes none before the end. Fix: --save_steps 1")
-            if 0 < self.save_total_limit < ROLLBACK_CHECKPOINTS:
-                raise ConfigError(f"rollback_from checkpoints: save_total_limit "
-                                  f"{self.save_total_limit} keeps too few to reach back before a "
-                                  f"collapse the alarm judges a few steps late. Fix: "
-                                  f"--save_total_limit {ROLLBACK_CHECKPOINTS} (or 0: all, or -1: auto)")
-        if self.degradation_alarm and (self.eval_steps <= 0 or self.eval_split == "test"):
-            raise ConfigError("degradation_alarm reads the periodic eval, which must not be the "
-                              "test panel: set eval_steps > 0 and eval_split val")
-
-
 #: where a rollback's states come from (``rollback_from``)
 ROLLBACK_FROM = ("memory", "checkpoints")
 #: checkpoints kept by default with ``rollback_from checkpoints`` (the reach of the in-memory
@@ -394,6 +360,43 @@ _EXAMPLES: dict[str, Any] = {
     "rollout_correction_floor": 0.5,
 }
 _WHERE = "trainer config"
+
+
+def _check_collapse_settings(cfg: TrainConfig) -> None:
+    """``on_collapse`` and its knobs; ``stop_on_collapse`` is ``on_collapse stop``."""
+    if cfg.on_collapse not in ON_COLLAPSE:
+        raise ConfigError(f"on_collapse={cfg.on_collapse!r} is unknown: expected one of "
+                          f"{', '.join(ON_COLLAPSE)}. Fix: --on_collapse rollback")
+    if cfg.stop_on_collapse:
+        if cfg.on_collapse == "rollback":
+            raise ConfigError("stop_on_collapse true and on_collapse rollback contradict "
+                              "each other. Fix: drop stop_on_collapse")
+        cfg.on_collapse = "stop"
+    if cfg.rollback_remedy not in REMEDY_NAMES:
+        raise ConfigError(f"rollback_remedy={cfg.rollback_remedy!r} is unknown: expected "
+                          f"one of {', '.join(REMEDY_NAMES)}. Fix: --rollback_remedy halve_lr")
+    if cfg.on_collapse != "warn" and not cfg.collapse_alarm:
+        raise ConfigError(f"on_collapse {cfg.on_collapse} needs the alarm: set "
+                          "collapse_alarm true (or on_collapse warn)")
+    if cfg.on_collapse == "rollback" and cfg.async_rollouts:
+        raise ConfigError("on_collapse rollback restores the learner in place; async "
+                          "rollout workers would keep sampling the abandoned versions. Fix: "
+                          "--on_collapse stop with async_rollouts, or async_rollouts false")
+    if cfg.rollback_from not in ROLLBACK_FROM:
+        raise ConfigError(f"rollback_from={cfg.rollback_from!r} is unknown: expected one of "
+                          f"{', '.join(ROLLBACK_FROM)}. Fix: --rollback_from checkpoints")
+    if cfg.on_collapse == "rollback" and cfg.rollback_from == "checkpoints":
+        if cfg.save_steps <= 0:
+            raise ConfigError("rollback_from checkpoints goes back to the run's checkpoints, "
+                              "and save_steps 0 writes none before the end. Fix: --save_steps 1")
+        if 0 < cfg.save_total_limit < ROLLBACK_CHECKPOINTS:
+            raise ConfigError(f"rollback_from checkpoints: save_total_limit "
+                              f"{cfg.save_total_limit} keeps too few to reach back before a "
+                              f"collapse the alarm judges a few steps late. Fix: "
+                              f"--save_total_limit {ROLLBACK_CHECKPOINTS} (or 0: all, or -1: auto)")
+    if cfg.degradation_alarm and (cfg.eval_steps <= 0 or cfg.eval_split == "test"):
+        raise ConfigError("degradation_alarm reads the periodic eval, which must not be the "
+                          "test panel: set eval_steps > 0 and eval_split val")
 
 
 def _check_fields(cfg: TrainConfig) -> None:
@@ -444,11 +447,6 @@ def _check_fields(cfg: TrainConfig) -> None:
 
 
 def _check_names(cfg: TrainConfig) -> None:
-    import arlgym.rl  # noqa: F401  (fills the registries)
-    from arlgym.rl.advantages import NORM_MODES
-    from arlgym.rl.presets import PRESETS
-    from arlgym.rl.registry import ADVANTAGES, AGGREGATIONS, LOSSES
-
     if cfg.algo not in PRESETS:
         raise ConfigError(f"{_WHERE}: algo={cfg.algo!r} is an unknown preset: expected one of "
                           f"{', '.join(PRESETS)}. Fix: pick one of those"
@@ -480,9 +478,6 @@ def _check_knobs(cfg: TrainConfig, presets: Any, advantages: Any, losses: Any) -
     """The keys of ``loss_kwargs``/``advantage_kwargs`` must be knobs of the chosen loss and
     estimator (or of ``policy_loss``/``compute_advantages``), else a typo would only surface
     after the model is loaded and a whole rollout is played."""
-    from arlgym.rl.advantages import compute_advantages
-    from arlgym.rl.losses import policy_loss
-
     preset = presets[cfg.algo]
     tensors = {"ref_logp", "entropy", "global_tokens", "num_seqs", "token_weights"}
     checks = [

@@ -149,7 +149,7 @@ class RolloutCorrection:
 
     :meth:`apply` reads each sample's ``rollout_logprobs`` (sampler) and ``old_logprobs``
     (learner), computes the weights of the whole batch at once (sequence methods need whole
-    responses) and stores each sample's row in ``sample.extra["rollout_weight"]``; the update
+    responses) and stores each sample's row in ``sample.rollout_weight``; the update
     multiplies the per-token loss by it (``policy_loss(token_weights=...)``). ``active`` is
     False for ``none``: the update then passes no weights at all.
     """
@@ -191,5 +191,5 @@ class RolloutCorrection:
                                        floor=self.floor)
             metrics.update(wm)
             for row, s in enumerate(pairs):
-                s.extra["rollout_weight"] = w[row, : len(s.old_logprobs)].clone()
+                s.rollout_weight = w[row, : len(s.old_logprobs)].clone()
         return {k: float(v) for k, v in metrics.items()}

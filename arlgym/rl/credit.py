@@ -71,7 +71,7 @@ def action_start(response_ids: Sequence[int], tokenizer: Any, marker: str = THIN
 
 
 def apply_credit(samples: Sequence[Any], tokenizer: Any, mode: str) -> dict[str, float]:
-    """Write each sample's credited span as ``extra["credit_from"]`` (tokens before it carry no
+    """Write each sample's credited span as ``credit_from`` (tokens before it carry no
     policy gradient) for the action modes; nothing for ``response``. Returns
     ``credit/token_frac``, the share of response tokens that carry the policy gradient."""
     check_credit(mode)
@@ -82,7 +82,7 @@ def apply_credit(samples: Sequence[Any], tokenizer: Any, mode: str) -> dict[str,
         start = action_start(s.response_ids, tokenizer)
         if start is None or start >= len(s.response_ids):
             start = 0  # no reasoning closed (or nothing after it): train the whole reply
-        s.extra["credit_from"] = start
+        s.credit_from = start
         credited += len(s.response_ids) - start
         total += len(s.response_ids)
     return {M.CREDIT_TOKEN_FRAC: credited / max(1, total)}
@@ -95,7 +95,7 @@ def credit_rows(samples: Sequence[Any], idx: Sequence[int], width: int):
     out = torch.zeros(len(idx), width)
     for row, i in enumerate(idx):
         s = samples[i]
-        out[row, int(s.extra.get("credit_from", 0)): len(s.response_ids)] = 1.0
+        out[row, s.credit_from: len(s.response_ids)] = 1.0
     return out
 
 
@@ -103,7 +103,7 @@ def counted_tokens(sample: Any, mode: str) -> int:
     """The sample's tokens in the loss's denominators: the credited ones under ``action``,
     the whole response otherwise."""
     if mode == "action":
-        return len(sample.response_ids) - int(sample.extra.get("credit_from", 0))
+        return len(sample.response_ids) - sample.credit_from
     return len(sample.response_ids)
 
 

@@ -35,7 +35,6 @@ around a step (the JSONL log, save-best, the collapse alarm) are callbacks
 
 from __future__ import annotations
 
-import json
 import random
 import time
 from functools import partial
@@ -76,15 +75,11 @@ from arlgym.rl.update import (
     PolicyUpdate,
     UpdateSettings,
     fill_logprobs,
-    micro_batches,
     old_from_rollout,
     sample_logprobs,
 )
 
 __all__ = ["Trainer", "resolve_algorithm", "seed_everything", "env_family", "sample_logprobs"]
-
-#: the old name of :func:`arlgym.rl.update.micro_batches`
-_micro_batches = micro_batches
 
 
 def env_family(env_id: str) -> str:
@@ -162,6 +157,15 @@ def rollout_weights(model: Any, *, lora: bool, engine: str) -> dict[str, torch.T
     return state
 
 
+def push_weights(policy: Any, accelerator: Any, model: Any, *, lora: bool) -> None:
+    """Load the live weights of ``model`` (as Accelerate wrapped it) into an engine that keeps
+    its own copy (vLLM): merged into the base under LoRA, gathered across ranks otherwise."""
+    if lora:
+        policy.sync_weights(merged_weights(accelerator.unwrap_model(model)))
+    else:
+        policy.sync_weights(full_weights(accelerator, model))
+
+
 def default_callbacks(cfg: TrainConfig) -> list[TrainerCallback]:
     """The callbacks a config asks for, in the order the trainer calls them (the rollback
     after the log: it moves the abandoned steps' rows out of it)."""
@@ -232,13 +236,7 @@ class Trainer:
         self._env_seed = build.env_seed(cfg.seed, acc.process_index)
         collector = build.build_collector(cfg, self.policy, self.local_tasks, self._env_seed)
         self.source = self._make_source(collector)
-        if acc.is_main_process:
-            self.out.mkdir(parents=True, exist_ok=True)
-            (self.out / "config.json").write_text(json.dumps(
-                {"config": cfg.__dict__, "algorithm": self.algo}, indent=2, default=str))
-        if log_with:
-            acc.init_trackers("arlgym", config={k: v for k, v in cfg.__dict__.items()
-                                                if isinstance(v, (int, float, str, bool))})
+        build.record_run(acc, self.out, cfg, self.algo, log_with)
         if cfg.resume:
             self._resume()
 
@@ -286,7 +284,7 @@ class Trainer:
             # one engine per rank, each seeded apart so ranks draw different samples.
             set_launcher_env(acc.process_index, acc.local_process_index, acc.num_processes)
             policy, _ = make_engine(spec, index=acc.process_index, colocated=True)
-            self._push_weights(policy)
+            push_weights(policy, acc, self.model, lora=self.lora)
             return policy
         hf = EngineSpec(kind="hf", generation_batch_size=self.cfg.generation_batch_size)
         return make_engine(hf, model=acc.unwrap_model(self.model), tokenizer=self.tokenizer,
@@ -297,7 +295,7 @@ class Trainer:
         cfg = self.cfg
         sampling = RolloutSampling.of(cfg, self.accelerator.process_index)
         if not cfg.async_rollouts:
-            push = ((lambda: self._push_weights(self.policy))
+            push = ((lambda: push_weights(self.policy, self.accelerator, self.model, lora=self.lora))
                     if self.engine in ("vllm", "vllm_server") else None)
             return InProcessSource(collector, sampling, push=push)
         spec = AsyncSpec.of(cfg, engine_spec(cfg, self.engine, self.lora), sampling, num_tasks=self.local_tasks,
@@ -309,13 +307,6 @@ class Trainer:
         """What a weight push sends the async workers (:func:`rollout_weights`)."""
         return rollout_weights(self.accelerator.unwrap_model(self.model), lora=self.lora,
                                engine=self.engine)
-
-    def _push_weights(self, policy: Any) -> None:
-        """Load the live weights into an engine that keeps its own copy (vLLM)."""
-        if self.lora:
-            policy.sync_weights(merged_weights(self.accelerator.unwrap_model(self.model)))
-        else:
-            policy.sync_weights(full_weights(self.accelerator, self.model))
 
     def _sync_rollout_weights(self) -> None:
         # vLLM and async workers keep their own copy; HF generate samples from the live model
@@ -380,7 +371,7 @@ class Trainer:
         if self.cfg.async_rollouts:
             versions = [st.policy_version for t in trajs for st in t.steps]
             for s, v in zip(samples, versions, strict=True):
-                s.extra["staleness"] = self.step - int(v)
+                s.staleness = self.step - int(v)
         return samples, credit_metrics
 
     def _logprobs(self, model: Any, sub: list[TokenSample], with_entropy: bool):
@@ -430,13 +421,13 @@ class Trainer:
         self._sync_rollout_weights()
         metrics.update(env_metrics(rolled))
         if self.image_slot_ids:
-            metrics[M.IMAGE_SLOT_CUT] = float(sum("cut_at_image_slot" in s.extra for s in samples))
+            metrics[M.IMAGE_SLOT_CUT] = float(sum(s.cut_at_image_slot for s in samples))
         if recomputed:
             metrics.update(rollout_mismatch_metrics(samples))
         metrics.update(corr_metrics)
         metrics.update(credit_metrics)
         if self.cfg.async_rollouts:
-            metrics.update(staleness_metrics([s.extra["staleness"] for s in samples],
+            metrics.update(staleness_metrics([s.staleness for s in samples],
                                              self.cfg.max_staleness))
         metrics.update({k: float(v) for k, v in fmetrics.items()})
         if len(adv):

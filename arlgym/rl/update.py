@@ -151,7 +151,7 @@ def old_from_rollout(samples: list[TokenSample], mode: str, *, engine: str, need
             raise ConfigError("old_logprobs rollout: the rollout policy returned no log-probs "
                               "for some turns; use old_logprobs recompute")
         return True
-    fresh = all(s.extra.get("staleness", 0) == 0 for s in samples)
+    fresh = all(s.staleness == 0 for s in samples)
     return mode == "auto" and engine == "hf" and have and not need_entropy and not correcting and fresh
 
 
@@ -366,7 +366,7 @@ class PolicyUpdate:
             a = adv[idx].to(device)
         else:
             old, ref, a = logp.detach(), (logp.detach() if s.use_ref else None), torch.zeros(1, device=device)
-        weights = ({"token_weights": _stack([samples[i].extra["rollout_weight"] for i in idx], width, device)}
+        weights = ({"token_weights": _stack([samples[i].rollout_weight for i in idx], width, device)}
                    if s.correcting and n_local else {})
         if n_local:  # the credit hook (response: unchanged)
             response_mask, weights = credit_masks(s.credit, samples, idx, response_mask, weights)

@@ -59,6 +59,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs
 
+import arlgym
 from arlgym.core.validation import did_you_mean
 from arlgym.errors import ArlgymError, ConfigError, ResetNeeded, TaskNotFound
 from arlgym.serve.codec import JSONDecodeError, dumps, loads
@@ -104,257 +105,9 @@ class ServeConfig:
     processes: int = 1
 
 
-class ServeApp:
-    """The ASGI app. ``hosts`` maps each env id to its host (thread or process host)."""
-
-    def __init__(self, config: ServeConfig, hosts: dict[str, Any], threads: int = 8) -> None:
-        self.config = config
-        self.hosts = hosts
-        self.default_env = next(iter(config.envs))
-        self.sessions: dict[str, Session] = {}
-        self.expired = 0
-        self.resets = self.steps = 0  # served since start (GET /health): is the server used?
-        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="arlgym-serve")
-        self._reaper: asyncio.Task | None = None
-        self.mcp = McpServer(self)
-        self.pid = os.getpid()
-
-    def new_sid(self) -> str:
-        """A new session id; with several server processes it ends in ``.<process index>``, so
-        any process can tell a session held by another from one that never existed."""
-        sid = _new_id()
-        return sid if self.config.processes == 1 else f"{sid}.{self.config.process_index}"
-
-    def elsewhere(self, sid: Any) -> RequestError | None:
-        """The refusal for a request naming a session this process does not hold but a sibling
-        process may (``--processes`` > 1); ``None`` when the id names none of them."""
-        if self.config.processes == 1 or not isinstance(sid, str):
-            return None
-        _, dot, index = sid.rpartition(".")
-        if not dot or not index.isdigit() or int(index) == self.config.process_index \
-                or int(index) >= self.config.processes:
-            return None
-        return RequestError(421, "MISDIRECTED_SESSION", f"session {sid[:6]}… lives in server "
-                            f"process {index} of {self.config.processes} (arlgym serve "
-                            f"--processes {self.config.processes}) and this request reached "
-                            f"process {self.config.process_index}: an HTTP session is "
-                            "reachable only over the connection that made it. Fix: keep one "
-                            "keep-alive connection per HTTP session, play over WebSocket /ws "
-                            "(a session per connection), or serve with --processes 1")
-
-    # ------------------------------------------------------------------ ASGI entry
-    async def __call__(self, scope: dict[str, Any], receive: Callable, send: Callable) -> None:
-        kind = scope["type"]
-        if kind == "lifespan":
-            await self._lifespan(receive, send)
-        elif kind == "http":
-            await self._http(scope, receive, send)
-        elif kind == "websocket":
-            await self._websocket(scope, receive, send)
-
-    async def _lifespan(self, receive: Callable, send: Callable) -> None:
-        while True:
-            msg = await receive()
-            if msg["type"] == "lifespan.startup":
-                self._reaper = asyncio.create_task(self._reap_forever())
-                await send({"type": "lifespan.startup.complete"})
-            elif msg["type"] == "lifespan.shutdown":
-                if self._reaper is not None:
-                    self._reaper.cancel()
-                await send({"type": "lifespan.shutdown.complete"})
-                return
-
-    def shutdown(self) -> None:
-        """Close every session's env and the thread pool (the server calls it after serving)."""
-        for s in list(self.sessions.values()):
-            self._drop(s, close_env=True, blocking=True)
-        self._pool.shutdown(wait=False, cancel_futures=True)
-
-    # ------------------------------------------------------------------ guards
-    def _refusal(self, scope: dict[str, Any]) -> RequestError | None:
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-        if "origin" in headers:
-            return RequestError(403, "FORBIDDEN", "requests from web pages (an Origin header) are "
-                                "refused: the env server is for programs, not browsers")
-        token = self.config.token
-        if token is None:
-            return None
-        given = headers.get("authorization", "")
-        scheme, _, value = given.partition(" ")
-        if scheme.lower() == "basic":  # a URL like http://arl:<token>@host (OpenEnv's client)
-            try:
-                value = base64.b64decode(value.strip(), validate=True).decode().partition(":")[2]
-            except (binascii.Error, UnicodeDecodeError):
-                value = ""
-        elif scheme.lower() != "bearer":
-            value = ""
-        if not value or not hmac.compare_digest(value.strip().encode(), token.encode()):
-            return RequestError(401, "UNAUTHORIZED",
-                                "missing or wrong access token: send 'Authorization: Bearer "
-                                "<token>' (the server's --token), or put it in the URL as "
-                                "http://arl:<token>@host:port for OpenEnv's client")
-        return None
-
-    # ------------------------------------------------------------------ HTTP
-    async def _http(self, scope: dict[str, Any], receive: Callable, send: Callable) -> None:
-        method, path = scope["method"], scope["path"].rstrip("/") or "/"
-        extra: list[tuple[bytes, bytes]] = []
-        try:
-            refusal = self._refusal(scope)
-            if refusal is not None:
-                raise refusal
-            if (method, path) in SIMULATION_ROUTES and self.config.mode == "production":
-                raise RequestError(404, "NOT_FOUND", f"no route {method} {path} in production "
-                                   "mode (OpenEnv's: no HTTP reset/step/state): play over "
-                                   "WebSocket /ws or the MCP tools on /mcp, or serve with "
-                                   "--mode simulation")
-            if path == "/mcp":
-                status, body, extra = await self.mcp.http(scope, method, await self._read_body(
-                    scope, receive))
-            elif method == "GET":
-                query = parse_qs(scope["query_string"].decode("latin-1"))
-                body, status = await self._get(path, query), 200
-            elif method == "POST":
-                data = _parse_object(await self._read_body(scope, receive))
-                body, status = await self._post(path, data), 200
-            else:
-                raise RequestError(405, "METHOD_NOT_ALLOWED", f"{method} is not supported; use "
-                                   "GET (health, metadata, schema, envs, state) or POST (reset, "
-                                   "step, close, mcp)")
-        except RequestError as e:
-            status, body = e.status, {"detail": e.message, "code": e.code}
-        except Exception:  # noqa: BLE001 - a bug of ours: log it, answer JSON without a traceback
-            logger.exception("internal error on %s %s", method, path)
-            status, body = 500, {"detail": "internal server error (see the server's log)",
-                                 "code": "INTERNAL_ERROR"}
-        payload = b"" if body is None else dumps(body).encode()
-        headers = [(b"content-length", str(len(payload)).encode())]
-        if body is not None:
-            headers.append((b"content-type", b"application/json"))
-        await send({"type": "http.response.start", "status": status, "headers": headers + extra})
-        await send({"type": "http.response.body", "body": payload})
-
-    async def _read_body(self, scope: dict[str, Any], receive: Callable) -> bytes:
-        """The request body (``b"{}"`` when empty), at most ``max_body`` bytes of JSON."""
-        limit = self.config.max_body
-        headers = dict(scope["headers"])
-        ctype = headers.get(b"content-type", b"").decode("latin-1").split(";")[0].strip().lower()
-        declared = headers.get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > limit:
-            raise RequestError(413, "PAYLOAD_TOO_LARGE", f"the request body has {int(declared)} "
-                               f"bytes; the server accepts at most max_body={limit}")
-        chunks, size, more = [], 0, True
-        while more:
-            msg = await receive()
-            if msg["type"] == "http.disconnect":
-                raise RequestError(400, "DISCONNECTED", "the client went away")
-            chunk = msg.get("body", b"")
-            size += len(chunk)
-            if size > limit:
-                raise RequestError(413, "PAYLOAD_TOO_LARGE", f"the request body has more than "
-                                   f"max_body={limit} bytes")
-            chunks.append(chunk)
-            more = msg.get("more_body", False)
-        raw = b"".join(chunks)
-        if ctype != "application/json" and raw:
-            raise RequestError(415, "UNSUPPORTED_MEDIA_TYPE", "send the body as JSON with "
-                               "'Content-Type: application/json'")
-        return raw or b"{}"
-
-    async def _tasks(self, query: dict[str, list[str]]) -> dict[str, Any]:
-        """``GET /tasks``: the first ``limit`` task ids of ``split``, enumerated by a temporary
-        env with the server's kwargs (so a client needs neither the env nor its data)."""
-        _check_keys(query, ("env", "split", "limit"), "the /tasks query")
-        env_id = (query.get("env") or [self.default_env])[0]
-        if env_id not in self.config.envs:
-            raise RequestError(404, "UNKNOWN_ENV", f"env {env_id!r} is not hosted here"
-                               f"{did_you_mean(env_id, self.config.envs)}; hosted: "
-                               f"{list(self.config.envs)}")
-        split = (query.get("split") or ["test"])[0]
-        raw = (query.get("limit") or [""])[0]
-        try:
-            limit = int(raw) if raw else None
-        except ValueError:
-            limit = -1
-        if limit is not None and limit < 1:
-            raise RequestError(422, "VALIDATION_ERROR", f"limit={raw!r} is invalid: expected an "
-                               "int >= 1, or no limit")
-        tasks = await self._call(self.hosts[env_id], "tasks", _new_id(),
-                                 (env_id, self.config.envs[env_id], split, limit))
-        return {"env": env_id, "split": split, "tasks": tasks}
-
-    async def _get(self, path: str, query: dict[str, list[str]]) -> dict[str, Any]:
-        if path == "/health":
-            return {"status": "healthy", "sessions": len(self.sessions),
-                    "max_sessions": self.config.max_sessions, "resets": self.resets,
-                    "steps": self.steps, "pid": self.pid,
-                    "process": self.config.process_index, "processes": self.config.processes}
-        if path == "/metadata":
-            import arlgym
-
-            return {"name": "arlgym", "version": arlgym.__version__,
-                    "description": "arlgym LLM-agent envs (" + ", ".join(self.config.envs)
-                    + "): the action is the raw LLM response text; observation.metadata "
-                    "carries every info key (anchor, format_valid, task_reward, …)",
-                    "readme_content": None, "author": None, "documentation_url": None}
-        if path == "/schema":
-            return _SCHEMA
-        if path == "/openapi.json":
-            return openapi(self.config.mode, list(self.config.envs))
-        if path == "/envs":
-            return {"default": self.default_env,
-                    "envs": {k: {"kwargs": v} for k, v in self.config.envs.items()}}
-        if path == "/state":
-            sid = (query.get("session_id") or [""])[0]
-            return self._state(self._http_session(sid))
-        if path == "/tasks":
-            return await self._tasks(query)
-        raise RequestError(404, "NOT_FOUND", f"no route GET {path}; routes: {self._routes()}")
-
-    async def _post(self, path: str, data: dict[str, Any]) -> dict[str, Any]:
-        if path == "/reset":
-            sid = data.pop("session_id", None)
-            if sid is None:
-                session = Session(sid=self.new_sid(), kind="http")
-            else:
-                session = self._http_session(sid)
-            return await self._reset(session, data)
-        if path == "/step":
-            _check_keys(data, ("session_id", "action", "timeout_s", "request_id"), "/step body")
-            session = self._http_session(data.get("session_id"))
-            if "action" not in data:
-                raise RequestError(422, "VALIDATION_ERROR", "the /step body needs 'action': "
-                                   "{'response': '<the LLM response text>'}")
-            return await self._step(session, data["action"])
-        if path == "/close":
-            _check_keys(data, ("session_id",), "/close body")
-            session = self._http_session(data.get("session_id"))
-            if session.attached:  # its WebSocket (?session_id=) closes it when it goes
-                session.close_pending = True
-                return {"closed": session.sid, "closing": True}
-            async with session.lock:
-                self._drop(session, close_env=True)
-            return {"closed": session.sid}
-        raise RequestError(404, "NOT_FOUND", f"no route POST {path}; routes: {self._routes()}")
-
-    def _routes(self) -> str:
-        """The routes of this mode, for a 404's message."""
-        paths = openapi(self.config.mode, [])["paths"]
-        return ", ".join(f"{m.upper()} {p}" for p, ops in paths.items() for m in ops) + \
-            ", WebSocket /ws /mcp"
-
-    def _http_session(self, sid: Any) -> Session:
-        if not isinstance(sid, str) or not sid:
-            raise RequestError(400, "SESSION_ERROR", "this request needs 'session_id': the one "
-                               "returned in observation.session_id by POST /reset")
-        session = self.sessions.get(sid)
-        if session is None and (misdirected := self.elsewhere(sid)) is not None:
-            raise misdirected
-        if session is None or session.kind != "http":
-            raise RequestError(404, "SESSION_ERROR", "unknown session_id (never created, closed, "
-                               f"or expired after ttl={self.config.ttl:g} s idle). Fix: POST "
-                               "/reset without session_id to start a new session")
-        return session
+class _WebSocketRoutes:
+    """The WebSocket routes of :class:`ServeApp` (OpenEnv's ``/ws`` protocol and MCP's
+    ``/mcp``): the handshake, a connection's session, one message at a time."""
 
     # ------------------------------------------------------------------ WebSocket
     async def _websocket(self, scope: dict[str, Any], receive: Callable, send: Callable) -> None:
@@ -477,6 +230,261 @@ class ServeApp:
         if kind == "expert":
             return {"type": "expert", "data": await self._expert(session, data)}
         return {"type": "state", "data": self._state(session)}
+
+
+class _HttpRoutes:
+    """The HTTP routes of :class:`ServeApp`: guards, the request body, one answer per route."""
+
+    # ------------------------------------------------------------------ HTTP
+    async def _http(self, scope: dict[str, Any], receive: Callable, send: Callable) -> None:
+        method, path = scope["method"], scope["path"].rstrip("/") or "/"
+        extra: list[tuple[bytes, bytes]] = []
+        try:
+            refusal = self._refusal(scope)
+            if refusal is not None:
+                raise refusal
+            if (method, path) in SIMULATION_ROUTES and self.config.mode == "production":
+                raise RequestError(404, "NOT_FOUND", f"no route {method} {path} in production "
+                                   "mode (OpenEnv's: no HTTP reset/step/state): play over "
+                                   "WebSocket /ws or the MCP tools on /mcp, or serve with "
+                                   "--mode simulation")
+            if path == "/mcp":
+                status, body, extra = await self.mcp.http(scope, method, await self._read_body(
+                    scope, receive))
+            elif method == "GET":
+                query = parse_qs(scope["query_string"].decode("latin-1"))
+                body, status = await self._get(path, query), 200
+            elif method == "POST":
+                data = _parse_object(await self._read_body(scope, receive))
+                body, status = await self._post(path, data), 200
+            else:
+                raise RequestError(405, "METHOD_NOT_ALLOWED", f"{method} is not supported; use "
+                                   "GET (health, metadata, schema, envs, state) or POST (reset, "
+                                   "step, close, mcp)")
+        except RequestError as e:
+            status, body = e.status, {"detail": e.message, "code": e.code}
+        except Exception:  # noqa: BLE001 - a bug of ours: log it, answer JSON without a traceback
+            logger.exception("internal error on %s %s", method, path)
+            status, body = 500, {"detail": "internal server error (see the server's log)",
+                                 "code": "INTERNAL_ERROR"}
+        payload = b"" if body is None else dumps(body).encode()
+        headers = [(b"content-length", str(len(payload)).encode())]
+        if body is not None:
+            headers.append((b"content-type", b"application/json"))
+        await send({"type": "http.response.start", "status": status, "headers": headers + extra})
+        await send({"type": "http.response.body", "body": payload})
+
+    async def _read_body(self, scope: dict[str, Any], receive: Callable) -> bytes:
+        """The request body (``b"{}"`` when empty), at most ``max_body`` bytes of JSON."""
+        limit = self.config.max_body
+        headers = dict(scope["headers"])
+        ctype = headers.get(b"content-type", b"").decode("latin-1").split(";")[0].strip().lower()
+        declared = headers.get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            raise RequestError(413, "PAYLOAD_TOO_LARGE", f"the request body has {int(declared)} "
+                               f"bytes; the server accepts at most max_body={limit}")
+        chunks, size, more = [], 0, True
+        while more:
+            msg = await receive()
+            if msg["type"] == "http.disconnect":
+                raise RequestError(400, "DISCONNECTED", "the client went away")
+            chunk = msg.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                raise RequestError(413, "PAYLOAD_TOO_LARGE", f"the request body has more than "
+                                   f"max_body={limit} bytes")
+            chunks.append(chunk)
+            more = msg.get("more_body", False)
+        raw = b"".join(chunks)
+        if ctype != "application/json" and raw:
+            raise RequestError(415, "UNSUPPORTED_MEDIA_TYPE", "send the body as JSON with "
+                               "'Content-Type: application/json'")
+        return raw or b"{}"
+
+    async def _tasks(self, query: dict[str, list[str]]) -> dict[str, Any]:
+        """``GET /tasks``: the first ``limit`` task ids of ``split``, enumerated by a temporary
+        env with the server's kwargs (so a client needs neither the env nor its data)."""
+        _check_keys(query, ("env", "split", "limit"), "the /tasks query")
+        env_id = (query.get("env") or [self.default_env])[0]
+        if env_id not in self.config.envs:
+            raise RequestError(404, "UNKNOWN_ENV", f"env {env_id!r} is not hosted here"
+                               f"{did_you_mean(env_id, self.config.envs)}; hosted: "
+                               f"{list(self.config.envs)}")
+        split = (query.get("split") or ["test"])[0]
+        raw = (query.get("limit") or [""])[0]
+        try:
+            limit = int(raw) if raw else None
+        except ValueError:
+            limit = -1
+        if limit is not None and limit < 1:
+            raise RequestError(422, "VALIDATION_ERROR", f"limit={raw!r} is invalid: expected an "
+                               "int >= 1, or no limit")
+        tasks = await self._call(self.hosts[env_id], "tasks", _new_id(),
+                                 (env_id, self.config.envs[env_id], split, limit))
+        return {"env": env_id, "split": split, "tasks": tasks}
+
+    async def _get(self, path: str, query: dict[str, list[str]]) -> dict[str, Any]:
+        if path == "/health":
+            return {"status": "healthy", "sessions": len(self.sessions),
+                    "max_sessions": self.config.max_sessions, "resets": self.resets,
+                    "steps": self.steps, "pid": self.pid,
+                    "process": self.config.process_index, "processes": self.config.processes}
+        if path == "/metadata":
+            return {"name": "arlgym", "version": arlgym.__version__,
+                    "description": "arlgym LLM-agent envs (" + ", ".join(self.config.envs)
+                    + "): the action is the raw LLM response text; observation.metadata "
+                    "carries every info key (anchor, format_valid, task_reward, …)",
+                    "readme_content": None, "author": None, "documentation_url": None}
+        if path == "/schema":
+            return _SCHEMA
+        if path == "/openapi.json":
+            return openapi(self.config.mode, list(self.config.envs))
+        if path == "/envs":
+            return {"default": self.default_env,
+                    "envs": {k: {"kwargs": v} for k, v in self.config.envs.items()}}
+        if path == "/state":
+            sid = (query.get("session_id") or [""])[0]
+            return self._state(self._http_session(sid))
+        if path == "/tasks":
+            return await self._tasks(query)
+        raise RequestError(404, "NOT_FOUND", f"no route GET {path}; routes: {self._routes()}")
+
+    async def _post(self, path: str, data: dict[str, Any]) -> dict[str, Any]:
+        if path == "/reset":
+            sid = data.pop("session_id", None)
+            if sid is None:
+                session = Session(sid=self.new_sid(), kind="http")
+            else:
+                session = self._http_session(sid)
+            return await self._reset(session, data)
+        if path == "/step":
+            _check_keys(data, ("session_id", "action", "timeout_s", "request_id"), "/step body")
+            session = self._http_session(data.get("session_id"))
+            if "action" not in data:
+                raise RequestError(422, "VALIDATION_ERROR", "the /step body needs 'action': "
+                                   "{'response': '<the LLM response text>'}")
+            return await self._step(session, data["action"])
+        if path == "/close":
+            _check_keys(data, ("session_id",), "/close body")
+            session = self._http_session(data.get("session_id"))
+            if session.attached:  # its WebSocket (?session_id=) closes it when it goes
+                session.close_pending = True
+                return {"closed": session.sid, "closing": True}
+            async with session.lock:
+                self._drop(session, close_env=True)
+            return {"closed": session.sid}
+        raise RequestError(404, "NOT_FOUND", f"no route POST {path}; routes: {self._routes()}")
+
+    def _routes(self) -> str:
+        """The routes of this mode, for a 404's message."""
+        paths = openapi(self.config.mode, [])["paths"]
+        return ", ".join(f"{m.upper()} {p}" for p, ops in paths.items() for m in ops) + \
+            ", WebSocket /ws /mcp"
+
+    def _http_session(self, sid: Any) -> Session:
+        if not isinstance(sid, str) or not sid:
+            raise RequestError(400, "SESSION_ERROR", "this request needs 'session_id': the one "
+                               "returned in observation.session_id by POST /reset")
+        session = self.sessions.get(sid)
+        if session is None and (misdirected := self.elsewhere(sid)) is not None:
+            raise misdirected
+        if session is None or session.kind != "http":
+            raise RequestError(404, "SESSION_ERROR", "unknown session_id (never created, closed, "
+                               f"or expired after ttl={self.config.ttl:g} s idle). Fix: POST "
+                               "/reset without session_id to start a new session")
+        return session
+
+
+class ServeApp(_HttpRoutes, _WebSocketRoutes):
+    """The ASGI app. ``hosts`` maps each env id to its host (thread or process host)."""
+
+    def __init__(self, config: ServeConfig, hosts: dict[str, Any], threads: int = 8) -> None:
+        self.config = config
+        self.hosts = hosts
+        self.default_env = next(iter(config.envs))
+        self.sessions: dict[str, Session] = {}
+        self.expired = 0
+        self.resets = self.steps = 0  # served since start (GET /health): is the server used?
+        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="arlgym-serve")
+        self._reaper: asyncio.Task | None = None
+        self.mcp = McpServer(self)
+        self.pid = os.getpid()
+
+    def new_sid(self) -> str:
+        """A new session id; with several server processes it ends in ``.<process index>``, so
+        any process can tell a session held by another from one that never existed."""
+        sid = _new_id()
+        return sid if self.config.processes == 1 else f"{sid}.{self.config.process_index}"
+
+    def elsewhere(self, sid: Any) -> RequestError | None:
+        """The refusal for a request naming a session this process does not hold but a sibling
+        process may (``--processes`` > 1); ``None`` when the id names none of them."""
+        if self.config.processes == 1 or not isinstance(sid, str):
+            return None
+        _, dot, index = sid.rpartition(".")
+        if not dot or not index.isdigit() or int(index) == self.config.process_index \
+                or int(index) >= self.config.processes:
+            return None
+        return RequestError(421, "MISDIRECTED_SESSION", f"session {sid[:6]}… lives in server "
+                            f"process {index} of {self.config.processes} (arlgym serve "
+                            f"--processes {self.config.processes}) and this request reached "
+                            f"process {self.config.process_index}: an HTTP session is "
+                            "reachable only over the connection that made it. Fix: keep one "
+                            "keep-alive connection per HTTP session, play over WebSocket /ws "
+                            "(a session per connection), or serve with --processes 1")
+
+    # ------------------------------------------------------------------ ASGI entry
+    async def __call__(self, scope: dict[str, Any], receive: Callable, send: Callable) -> None:
+        kind = scope["type"]
+        if kind == "lifespan":
+            await self._lifespan(receive, send)
+        elif kind == "http":
+            await self._http(scope, receive, send)
+        elif kind == "websocket":
+            await self._websocket(scope, receive, send)
+
+    async def _lifespan(self, receive: Callable, send: Callable) -> None:
+        while True:
+            msg = await receive()
+            if msg["type"] == "lifespan.startup":
+                self._reaper = asyncio.create_task(self._reap_forever())
+                await send({"type": "lifespan.startup.complete"})
+            elif msg["type"] == "lifespan.shutdown":
+                if self._reaper is not None:
+                    self._reaper.cancel()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    def shutdown(self) -> None:
+        """Close every session's env and the thread pool (the server calls it after serving)."""
+        for s in list(self.sessions.values()):
+            self._drop(s, close_env=True, blocking=True)
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    # ------------------------------------------------------------------ guards
+    def _refusal(self, scope: dict[str, Any]) -> RequestError | None:
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        if "origin" in headers:
+            return RequestError(403, "FORBIDDEN", "requests from web pages (an Origin header) are "
+                                "refused: the env server is for programs, not browsers")
+        token = self.config.token
+        if token is None:
+            return None
+        given = headers.get("authorization", "")
+        scheme, _, value = given.partition(" ")
+        if scheme.lower() == "basic":  # a URL like http://arl:<token>@host (OpenEnv's client)
+            try:
+                value = base64.b64decode(value.strip(), validate=True).decode().partition(":")[2]
+            except (binascii.Error, UnicodeDecodeError):
+                value = ""
+        elif scheme.lower() != "bearer":
+            value = ""
+        if not value or not hmac.compare_digest(value.strip().encode(), token.encode()):
+            return RequestError(401, "UNAUTHORIZED",
+                                "missing or wrong access token: send 'Authorization: Bearer "
+                                "<token>' (the server's --token), or put it in the URL as "
+                                "http://arl:<token>@host:port for OpenEnv's client")
+        return None
 
     # ------------------------------------------------------------------ session ops
     def register(self, session: Session) -> None:
@@ -709,8 +717,6 @@ def openapi(mode: str, envs: list[str]) -> dict[str, Any]:
     """``GET /openapi.json``: the HTTP routes this server answers in ``mode`` (production drops
     ``/reset``, ``/step`` and ``/state``; ``openenv validate`` reads the mode from them).
     WebSocket routes (``/ws``, ``/mcp``) have no OpenAPI form; the description names them."""
-    import arlgym
-
     paths: dict[str, Any] = {
         "/health": {"get": _op("health, sessions held, resets and steps served")},
         "/metadata": {"get": _op("OpenEnv's EnvironmentMetadata")},

@@ -5,12 +5,14 @@ from __future__ import annotations
 import argparse
 import os
 
+from arlgym.clikit import host_name, port_number
 from arlgym.core.sockets import serve_until_interrupted
+from arlgym.envs.requirements import pip_install
 
 # the env-server options live in a base module (every command that plays envs remotely uses
 # them); re-exported here for code that imported them from this module
 from arlgym.envs.servers import TOKEN_VARIABLE, add_env_servers, env_server_kwargs, parse_env_kwargs
-from arlgym.errors import ConfigError
+from arlgym.errors import ConfigError, MissingDependency
 from arlgym.serve.server import EnvServer, is_loopback
 
 __all__ = ["add_subparser", "parse_env_kwargs", "env_server_kwargs", "add_env_servers",
@@ -21,9 +23,6 @@ def _require_serve_extra() -> None:
     """uvicorn and websockets, or one line naming the exact command that installs them into
     this interpreter (from this checkout when arlgym runs from one), as `arlgym envs` does."""
     import importlib.util
-
-    from arlgym.envs.requirements import pip_install
-    from arlgym.errors import MissingDependency
 
     lacking = [m for m in ("uvicorn", "websockets") if importlib.util.find_spec(m) is None]
     if lacking:
@@ -58,8 +57,6 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def add_subparser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    from arlgym.clikit import host_name, port_number
-
     p = subparsers.add_parser(
         "serve", help="serve envs over HTTP/WebSocket (OpenEnv protocol; docs/serving.md)",
         description="Host many sessions of arlgym envs in one server that speaks OpenEnv's "

@@ -20,7 +20,7 @@ import time
 from typing import Any
 
 from arlgym.core.vector import EnvFactory, _pack_error
-from arlgym.errors import ArlgymError
+from arlgym.errors import ArlgymError, ConfigError
 from arlgym.serve.codec import encode_result
 
 __all__ = ["ThreadHost", "ProcessHost", "HostFailure", "EnvRaised", "SCRIPTED_METHODS"]
@@ -76,8 +76,6 @@ def _run(envs: dict[str, Any], cmd: str, sid: str, payload: Any) -> Any:
         method = SCRIPTED_METHODS[payload]
         respond = getattr(env.unwrapped, method, None)
         if respond is None:
-            from arlgym.errors import ConfigError
-
             raise ConfigError(f"{type(env.unwrapped).__name__} has no {payload} policy "
                               f"({method}()); the {payload!r} policy cannot play it")
         return respond()

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import arlgym
 from arlgym.core.validation import did_you_mean
 from arlgym.serve.codec import JSONDecodeError, loads
 from arlgym.serve.sessions import NO_REPLY, RequestError, Session, _check_keys
@@ -236,8 +237,6 @@ class McpServer:
             session
 
     def _init_result(self, params: dict[str, Any]) -> dict[str, Any]:
-        import arlgym
-
         asked = params.get("protocolVersion")
         version = asked if asked in PROTOCOL_VERSIONS else PROTOCOL_VERSIONS[0]
         envs = ", ".join(self.app.config.envs)

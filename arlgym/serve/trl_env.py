@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from arlgym.errors import ConfigError
+from arlgym.serve.client import RemoteEnv
 
 __all__ = ["ArlgymTRLEnv", "EnvironmentFactory", "environment_factory", "seed_dataset"]
 
@@ -51,12 +52,8 @@ class ArlgymTRLEnv:
         if server is None:
             import gymnasium as gym
 
-            import arlgym  # noqa: F401
-
             self._env = gym.make(env_id, **dict(env_kwargs or {}))
         else:
-            from arlgym.serve.client import RemoteEnv
-
             self._env = RemoteEnv(server, env_id, env_kwargs, token=token)
         self.env_id = env_id
         self.done = True

@@ -40,8 +40,10 @@ from pydantic import Field
 from verifiers.v1.harnesses.null import NullHarness, NullHarnessConfig
 
 import arlgym
-from arlgym.core.validation import make_checked_env
+from arlgym.core.validation import did_you_mean, make_checked_env
+from arlgym.envs.servers import TOKEN_VARIABLE
 from arlgym.errors import ConfigError
+from arlgym.serve.client import RemoteEnv
 
 __all__ = ["ArlgymTasksetConfig", "ArlgymData", "ArlgymTask", "ArlgymTaskset",
            "ArlgymEnvConfig", "ArlgymEnv", "NullHarness", "NullHarnessConfig",
@@ -86,9 +88,6 @@ class ArlgymEnvConfig(vf.EnvConfig):
 def make_env(info: dict[str, Any]) -> Any:
     """The episode's env: ``gymnasium.make`` here, or a session on the server."""
     if info.get("server"):
-        from arlgym.envs.servers import TOKEN_VARIABLE
-        from arlgym.serve.client import RemoteEnv
-
         return RemoteEnv(info["server"], info["env"], info.get("env_kwargs") or {},
                          token=os.environ.get(TOKEN_VARIABLE) or None)
     return make_checked_env(info["env"], dict(info.get("env_kwargs") or {}))
@@ -176,8 +175,6 @@ def load_environment(env: str = "arl/Sokoban-v0", *, server: str | None = None,
     ``EnvConfig`` fields (e.g. ``player={"max_turns": 20}``).
     """
     if env not in arlgym.ENV_IDS:
-        from arlgym.core.validation import did_you_mean
-
         raise ConfigError(f"env={env!r} is not an arlgym env{did_you_mean(env, arlgym.ENV_IDS)}"
                           f"; ids: {sorted(arlgym.ENV_IDS)}")
     taskset = {"id": TASKSET_ID, "env": env, "server": server, "num_tasks": num_tasks,

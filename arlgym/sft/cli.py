@@ -16,7 +16,13 @@ from arlgym.clikit import (
 from arlgym.clirun import run_command, safe_name
 from arlgym.core.validation import check_env_kwargs, check_float, check_int
 from arlgym.envs.servers import add_env_servers
-from arlgym.errors import ArlgymError
+from arlgym.errors import ArlgymError, ConfigError
+from arlgym.evaluation.held_out import format_held_out
+from arlgym.models import load_tokenizer
+from arlgym.policies.spec import check_policy_spec
+from arlgym.rundir import no_trace_on_failure
+from arlgym.sft.collect import CollectConfig, collect_sft, dataset_stats
+from arlgym.sft.train import _read_samples, add_train_arguments, train_from_args
 
 __all__ = ["main"]
 
@@ -26,15 +32,9 @@ def _default_out(env_id: str, policy: str, split: str) -> Path:
 
 
 def _cmd_collect(args: argparse.Namespace) -> int:
-    from arlgym.evaluation.held_out import format_held_out
-    from arlgym.policies.spec import check_policy_spec
-    from arlgym.sft.collect import CollectConfig, collect_sft
-
     check_policy_spec("--policy", args.policy, "arlgym-sft collect")
     check_int("--workers", args.workers, min=1, allow_none=True)
     if args.workers and args.env_servers:
-        from arlgym.errors import ConfigError
-
         raise ConfigError("--workers and --env-servers exclude each other: with --env-servers "
                           "the envs run on the servers (their --workers). Fix: drop one")
     check_float("--temperature", args.temperature, min=0.0)
@@ -48,8 +48,6 @@ def _cmd_collect(args: argparse.Namespace) -> int:
                         workers=args.workers, env_kwargs=env_kwargs,
                         env_servers=args.env_servers)
     out = Path(args.out) if args.out else _default_out(args.env, args.policy, args.split)
-    from arlgym.rundir import no_trace_on_failure
-
     with no_trace_on_failure(out):
         stats = collect_sft(cfg, out, progress=not args.no_progress,
                             say=lambda line: print(line, flush=True))
@@ -64,12 +62,8 @@ def _cmd_collect(args: argparse.Namespace) -> int:
 
 
 def _cmd_stats(args: argparse.Namespace) -> int:
-    from arlgym.sft.collect import dataset_stats
-
     tokenizer = None
     if args.tokenizer:
-        from arlgym.models import load_tokenizer
-
         tokenizer = load_tokenizer(args.tokenizer)
     out = Path(args.data)
     if out.is_file():
@@ -79,8 +73,6 @@ def _cmd_stats(args: argparse.Namespace) -> int:
     try:
         stats = dataset_stats(out, tokenizer)
     except (UnicodeDecodeError, TypeError, KeyError, AttributeError, ValueError):
-        from arlgym.sft.train import _read_samples
-
         _read_samples(out / "samples.jsonl")  # names the file and line of the bad sample
         raise
     print(json.dumps(stats, indent=2))
@@ -88,8 +80,6 @@ def _cmd_stats(args: argparse.Namespace) -> int:
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    from arlgym.sft.train import train_from_args
-
     return train_from_args(args)
 
 
@@ -133,8 +123,6 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("train", help="SFT a model on collected samples (TRL SFTTrainer)")
     try:
-        from arlgym.sft.train import add_train_arguments
-
         add_train_arguments(p)
     except ImportError:  # the [train] extra is missing; train_from_args will say so
         p.add_argument("rest", nargs=argparse.REMAINDER)

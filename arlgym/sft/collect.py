@@ -41,6 +41,8 @@ from arlgym.envs.servers import env_server_kwargs
 from arlgym.errors import ConfigError
 from arlgym.evaluation.held_out import format_held_out, held_out_report
 from arlgym.policies.base import Policy, SamplingParams
+from arlgym.policies.hf import vision_messages
+from arlgym.policies.spec import seeded_policy
 from arlgym.rollout import RolloutCollector, Trajectory
 from arlgym.rundir import PLACEMENT_NOT_SETTINGS, check_settings, settings_of
 
@@ -165,8 +167,6 @@ def _user_message(s: Any, episode: int, out: Path | None) -> tuple[dict[str, Any
     image paths relative to ``out``."""
     if s.image is None or out is None:
         return {"role": "user", "content": s.prompt}, []
-    from arlgym.policies.hf import vision_messages
-
     rel = f"images/{episode:07d}-{s.step:03d}.png"
     _write_png(out / rel, s.image)
     return vision_messages({"text": s.prompt})[0], [rel]
@@ -226,8 +226,6 @@ def collect_sft(cfg: CollectConfig, out: str | Path, policy: Policy | None = Non
         ``"new"``, ``"continued"`` or ``"finished"`` (nothing was collected).
     """
     from tqdm.auto import tqdm
-
-    from arlgym.policies.spec import seeded_policy
 
     out = Path(out)
     meta_path = out / "meta.json"

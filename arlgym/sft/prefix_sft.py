@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from arlgym.errors import ConfigError
+from arlgym.models import load_model_and_tokenizer
 
 __all__ = ["TokenizedSample", "tokenize_samples", "common_prefix_length", "train_prefix_sft"]
 
@@ -134,8 +135,6 @@ def _batch_loss(model: Any, prefix: torch.Tensor, batch: list[TokenizedSample]) 
 def train_prefix_sft(cfg: Any, samples: list[dict[str, Any]]) -> dict[str, Any]:
     """Train ``cfg.model`` (an :class:`~arlgym.sft.train.SFTRunConfig`) on ``samples``."""
     from tqdm.auto import tqdm
-
-    from arlgym.models import load_model_and_tokenizer
 
     torch.manual_seed(cfg.seed)
     model, tokenizer = load_model_and_tokenizer(cfg.model, seed=cfg.seed)

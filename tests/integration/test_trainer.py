@@ -439,7 +439,7 @@ def test_action_credit_trains_the_action_as_if_the_reasoning_were_prompt(tmp_pat
     whole, m_action, g_action = run("action", prompt, [think + a for a in actions])
     _, m_moved, g_moved = run("response", prompt + think, actions)
     _, m_response, g_response = run("response", prompt, [think + a for a in actions])
-    assert whole[0].extra["credit_from"] == len(think)
+    assert whole[0].credit_from == len(think)
     assert m_action["pg_loss"] == pytest.approx(m_moved["pg_loss"], abs=1e-6)
     gap = max(float((a - b).abs().max()) for a, b in zip(g_action, g_moved, strict=True))
     trained_think = max(float((a - b).abs().max()) for a, b in zip(g_response, g_moved, strict=True))

@@ -190,7 +190,154 @@ def cache_sizes() -> dict[str, int]:
 _FREE_LIBS: list[Any] = []
 
 
-class AlfredGame:
+class _CommandText:
+    """The text side of :class:`AlfredGame`: the command of each grounded operator, derived
+    from the game's grammar over pre-parsed, shared symbols, and whether a template derives the
+    same in every state (then its command is cached; see the module doc)."""
+
+    def _mapping(self, op_name: str) -> dict[Any, Any]:
+        splits = op_name.split()
+        name, arguments = splits[0], splits[1:]
+        return {self._twlogic.Placeholder(p.name.strip("?"), p.type_name):
+                self._twlogic.Variable(arg, p.type_name)
+                for p, arg in zip(self.state._actions[name].parameters, arguments,
+                                  strict=False)}
+
+    def _derive_command(self, op_name: str) -> tuple[str, bool]:
+        """The command text of one grounded operator, and whether it can be cached."""
+        action_name = op_name.split()[0]
+        template = self._logic.actions[action_name].template
+        mapping = self._mapping(op_name)
+        ctx = self._context(mapping, {ph.name: self._entity_infos[var.name]
+                                      for ph, var in mapping.items()})
+        derived = self.derive(template, ctx)
+        action = self._twlogic.Action(name=action_name, preconditions=[], postconditions=[])
+        action.mapping = mapping
+        action.command_template = derived
+        names = {k: info.name for k, info in self._entity_infos.items()}
+        return action.format_command(names), self._is_static(template)
+
+    def _is_static(self, text: str) -> bool:
+        """Whether ``text`` derives to the same string in every state of the game."""
+        # The verdict depends on the template and the domain's rules only, not on the game.
+        cache_key = ("static", self._logic_key, text)
+        cached = _Shared.code.get(cache_key)
+        if cached is not None:
+            return cached
+        dynamic = self._dynamic_predicates()
+        ok = True
+        stack = list(self._parse(text))
+        while stack and ok:
+            sym = stack.pop()
+            if isinstance(sym, self._textgen.NonterminalSymbol):
+                ok = False  # rules may carry conditions on any predicate
+            elif isinstance(sym, self._textgen.ListSymbol):
+                stack.append(sym.symbol)
+            elif isinstance(sym, self._textgen.ConditionalSymbol):
+                stack.append(sym.expression)
+                rule = self._query(sym.given) if sym.given else None
+                if rule is not None:
+                    preds = {p.name.removeprefix("not_") for p in rule.preconditions}
+                    ok = not (preds & dynamic)
+        _Shared.code[cache_key] = ok
+        return ok
+
+    def _dynamic_predicates(self) -> set[str]:
+        key = ("dynamic", self._logic_key)
+        hit = _Shared.code.get(key)
+        if hit is None:
+            hit = set()
+            for action in self.state.task.actions:
+                for eff in action.effects:
+                    hit.add(eff.literal.predicate.lower())
+            _Shared.code[key] = hit
+        return hit
+
+    # ------------------------------------------------------------------ text derivation
+    def _context(self, mapping: dict, variables: dict) -> dict[str, Any]:
+        return {"state": self.state, "mapping": mapping, "variables": variables,
+                "entity_infos": self._entity_infos}
+
+    def _parse(self, text: str) -> list:
+        hit = _Shared.parsed.get(text)
+        if hit is None:
+            hit = self._textgen._parse_and_convert(text, rule_name="symbols")
+            _Shared.parsed[text] = hit
+        return hit
+
+    def _query(self, expression: str) -> Any:
+        hit = _Shared.queries.get(expression)
+        if hit is None:
+            hit = self._twlogic.Rule.parse_conjunctive_query(expression)
+            _Shared.queries[expression] = hit
+        return hit
+
+    def derive(self, text: str, ctx: dict[str, Any]) -> str:
+        """``ContextSensitiveGrammar.derive(text, ctx)`` over pre-parsed, shared symbols."""
+        out: list[str] = []
+        for sym in self._parse(text):
+            self._expand(sym, ctx, out)
+        return "".join(out)
+
+    def _assignments(self, expression: str, ctx: dict[str, Any]) -> list[dict[str, Any]]:
+        contexts = []
+        for mapping in ctx["state"].all_assignments(self._query(expression), ctx["mapping"]):
+            infos = ctx["entity_infos"]
+            variables = dict(ctx["variables"])
+            variables.update({ph.name: infos[var.name] for ph, var in mapping.items()})
+            new_mapping = dict(ctx["mapping"])
+            new_mapping.update(mapping)
+            contexts.append({"state": ctx["state"], "mapping": new_mapping,
+                             "variables": variables, "entity_infos": infos})
+        return contexts
+
+    def _expand(self, sym: Any, ctx: dict[str, Any], out: list[str]) -> None:
+        tg = self._textgen
+        if isinstance(sym, tg.TerminalSymbol):
+            out.append(str(sym.symbol))
+        elif isinstance(sym, tg.NonterminalSymbol):
+            name = str(sym)
+            rules = self._rules.get(name)
+            if not rules:
+                raise tg.CSGUnknownSymbolError(sym)
+            chosen = None
+            for rule in rules:
+                if not rule.condition or any(True for _ in ctx["state"].all_assignments(
+                        self._query(rule.condition), ctx["mapping"])):
+                    chosen = rule
+                    break
+            if chosen is None:
+                raise IndexError(f"no applicable production for #{name}#")
+            for child in chosen.rhs:
+                self._expand(child, ctx, out)
+        elif isinstance(sym, tg.ConditionalSymbol):
+            for c in (self._assignments(sym.given, ctx) if sym.given else [ctx]):
+                self._expand(sym.expression, c, out)
+        elif isinstance(sym, tg.EvalSymbol):
+            code = _Shared.code.get(sym.expression)
+            if code is None:
+                code = compile(sym.expression, "<grammar>", "eval")
+                _Shared.code[sym.expression] = code
+            out.append(str(eval(code, _EVAL_GLOBALS, dict(ctx["variables"]))))
+        elif isinstance(sym, tg.ListSymbol):
+            inner = sym.symbol
+            if isinstance(inner, tg.ConditionalSymbol):
+                items = [(inner.expression, c) for c in
+                         (self._assignments(inner.given, ctx) if inner.given else [ctx])]
+            else:
+                items = [(inner, ctx)]
+            if not items:
+                self._expand(tg.NonterminalSymbol("list_empty"), ctx, out)
+            for i, (item, c) in enumerate(items):
+                if i:
+                    sep = "list_last_separator" if i == len(items) - 1 else "list_separator"
+                    self._expand(tg.NonterminalSymbol(sep), ctx, out)
+                self._expand(item, c, out)
+        else:
+            raise NotImplementedError(f"unknown grammar symbol {sym!r}")
+
+
+class AlfredGame(_CommandText):
     """One ALFWorld game on the real engine, with the caches described in the module doc.
 
     >>> game = AlfredGame()
@@ -402,147 +549,6 @@ class AlfredGame:
         self._by_command = by_command
         self.admissible_commands = sorted(by_command)
         self.won = bool(lib.check_goal())
-
-    def _mapping(self, op_name: str) -> dict[Any, Any]:
-        splits = op_name.split()
-        name, arguments = splits[0], splits[1:]
-        return {self._twlogic.Placeholder(p.name.strip("?"), p.type_name):
-                self._twlogic.Variable(arg, p.type_name)
-                for p, arg in zip(self.state._actions[name].parameters, arguments,
-                                  strict=False)}
-
-    def _derive_command(self, op_name: str) -> tuple[str, bool]:
-        """The command text of one grounded operator, and whether it can be cached."""
-        action_name = op_name.split()[0]
-        template = self._logic.actions[action_name].template
-        mapping = self._mapping(op_name)
-        ctx = self._context(mapping, {ph.name: self._entity_infos[var.name]
-                                      for ph, var in mapping.items()})
-        derived = self.derive(template, ctx)
-        action = self._twlogic.Action(name=action_name, preconditions=[], postconditions=[])
-        action.mapping = mapping
-        action.command_template = derived
-        names = {k: info.name for k, info in self._entity_infos.items()}
-        return action.format_command(names), self._is_static(template)
-
-    def _is_static(self, text: str) -> bool:
-        """Whether ``text`` derives to the same string in every state of the game."""
-        # The verdict depends on the template and the domain's rules only, not on the game.
-        cache_key = ("static", self._logic_key, text)
-        cached = _Shared.code.get(cache_key)
-        if cached is not None:
-            return cached
-        dynamic = self._dynamic_predicates()
-        ok = True
-        stack = list(self._parse(text))
-        while stack and ok:
-            sym = stack.pop()
-            if isinstance(sym, self._textgen.NonterminalSymbol):
-                ok = False  # rules may carry conditions on any predicate
-            elif isinstance(sym, self._textgen.ListSymbol):
-                stack.append(sym.symbol)
-            elif isinstance(sym, self._textgen.ConditionalSymbol):
-                stack.append(sym.expression)
-                rule = self._query(sym.given) if sym.given else None
-                if rule is not None:
-                    preds = {p.name.removeprefix("not_") for p in rule.preconditions}
-                    ok = not (preds & dynamic)
-        _Shared.code[cache_key] = ok
-        return ok
-
-    def _dynamic_predicates(self) -> set[str]:
-        key = ("dynamic", self._logic_key)
-        hit = _Shared.code.get(key)
-        if hit is None:
-            hit = set()
-            for action in self.state.task.actions:
-                for eff in action.effects:
-                    hit.add(eff.literal.predicate.lower())
-            _Shared.code[key] = hit
-        return hit
-
-    # ------------------------------------------------------------------ text derivation
-    def _context(self, mapping: dict, variables: dict) -> dict[str, Any]:
-        return {"state": self.state, "mapping": mapping, "variables": variables,
-                "entity_infos": self._entity_infos}
-
-    def _parse(self, text: str) -> list:
-        hit = _Shared.parsed.get(text)
-        if hit is None:
-            hit = self._textgen._parse_and_convert(text, rule_name="symbols")
-            _Shared.parsed[text] = hit
-        return hit
-
-    def _query(self, expression: str) -> Any:
-        hit = _Shared.queries.get(expression)
-        if hit is None:
-            hit = self._twlogic.Rule.parse_conjunctive_query(expression)
-            _Shared.queries[expression] = hit
-        return hit
-
-    def derive(self, text: str, ctx: dict[str, Any]) -> str:
-        """``ContextSensitiveGrammar.derive(text, ctx)`` over pre-parsed, shared symbols."""
-        out: list[str] = []
-        for sym in self._parse(text):
-            self._expand(sym, ctx, out)
-        return "".join(out)
-
-    def _assignments(self, expression: str, ctx: dict[str, Any]) -> list[dict[str, Any]]:
-        contexts = []
-        for mapping in ctx["state"].all_assignments(self._query(expression), ctx["mapping"]):
-            infos = ctx["entity_infos"]
-            variables = dict(ctx["variables"])
-            variables.update({ph.name: infos[var.name] for ph, var in mapping.items()})
-            new_mapping = dict(ctx["mapping"])
-            new_mapping.update(mapping)
-            contexts.append({"state": ctx["state"], "mapping": new_mapping,
-                             "variables": variables, "entity_infos": infos})
-        return contexts
-
-    def _expand(self, sym: Any, ctx: dict[str, Any], out: list[str]) -> None:
-        tg = self._textgen
-        if isinstance(sym, tg.TerminalSymbol):
-            out.append(str(sym.symbol))
-        elif isinstance(sym, tg.NonterminalSymbol):
-            name = str(sym)
-            rules = self._rules.get(name)
-            if not rules:
-                raise tg.CSGUnknownSymbolError(sym)
-            chosen = None
-            for rule in rules:
-                if not rule.condition or any(True for _ in ctx["state"].all_assignments(
-                        self._query(rule.condition), ctx["mapping"])):
-                    chosen = rule
-                    break
-            if chosen is None:
-                raise IndexError(f"no applicable production for #{name}#")
-            for child in chosen.rhs:
-                self._expand(child, ctx, out)
-        elif isinstance(sym, tg.ConditionalSymbol):
-            for c in (self._assignments(sym.given, ctx) if sym.given else [ctx]):
-                self._expand(sym.expression, c, out)
-        elif isinstance(sym, tg.EvalSymbol):
-            code = _Shared.code.get(sym.expression)
-            if code is None:
-                code = compile(sym.expression, "<grammar>", "eval")
-                _Shared.code[sym.expression] = code
-            out.append(str(eval(code, _EVAL_GLOBALS, dict(ctx["variables"]))))
-        elif isinstance(sym, tg.ListSymbol):
-            inner = sym.symbol
-            if isinstance(inner, tg.ConditionalSymbol):
-                items = [(inner.expression, c) for c in
-                         (self._assignments(inner.given, ctx) if inner.given else [ctx])]
-            else:
-                items = [(inner, ctx)]
-            if not items:
-                self._expand(tg.NonterminalSymbol("list_empty"), ctx, out)
-            for i, (item, c) in enumerate(items):
-                if i:
-                    sep = "list_last_separator" if i == len(items) - 1 else "list_separator"
-                    self._expand(tg.NonterminalSymbol(sep), ctx, out)
-                self._expand(item, c, out)
-        else:
-            raise NotImplementedError(f"unknown grammar symbol {sym!r}")
 
     # ------------------------------------------------------------------ queries
     def facts(self) -> tuple[str, ...]:

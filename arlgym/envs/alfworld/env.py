@@ -50,7 +50,7 @@ from arlgym.core.validation import (
     check_str,
 )
 from arlgym.envs.alfworld.catalog import TASK_TYPES, tables
-from arlgym.envs.alfworld.engine import AlfredGame, load_game_file
+from arlgym.envs.alfworld.engine import INVALID_FEEDBACK, AlfredGame, load_game_file
 from arlgym.envs.alfworld.expert import next_expert_step, play_expert
 from arlgym.envs.alfworld.generator import (
     DEFAULT_SPLIT_SIZES,
@@ -327,8 +327,6 @@ class ALFWorldEnv(AgentEnv):
 
     def _get_engine(self) -> Any:
         if self._engine is None:
-            from arlgym.envs.alfworld.engine import AlfredGame
-
             self._engine = AlfredGame()
         return self._engine
 
@@ -382,8 +380,6 @@ class ALFWorldEnv(AgentEnv):
             lowered = {a.lower(): a for a in admissible}
             command = lowered.get(command.lower(), "")
         if not command:
-            from arlgym.envs.alfworld.engine import INVALID_FEEDBACK
-
             return ActResult(INVALID_FEEDBACK, 0.0, False, False, None)
         feedback = engine.step(command)
         won = bool(engine.won)

@@ -87,6 +87,35 @@ def _normalise_move(action: str) -> str | None:
     return _MOVE_ALIASES.get(token)
 
 
+def load_levels(levels: str | Path | Sequence[str] | None) -> list[tuple[str, Room]] | None:
+    """The ``levels`` argument as ``(title, room)`` pairs: an XSB collection file or a list of
+    XSB strings (None: rooms are generated), each level checked, with the fix in the error."""
+    if levels is None:
+        return None
+    if isinstance(levels, (str, Path)) and Path(levels).is_file():
+        try:
+            collection = read_xsb_collection(Path(levels).read_text(encoding="utf-8"))
+        except UnicodeDecodeError as e:
+            raise LevelFormatError(f"levels file {str(levels)!r} is not UTF-8 text "
+                                   f"({e.reason}); give an XSB level collection") from None
+    elif isinstance(levels, (str, Path)):
+        raise ConfigError(f"levels={str(levels)!r} is not a file; pass a path or a list of XSB strings")
+    elif not isinstance(levels, Sequence) or not all(isinstance(t, str) for t in levels):
+        raise ConfigError(f"levels={levels!r} is invalid: expected a file path or a list of "
+                          "XSB level strings. Fix: pass e.g. levels='boxoban/000.txt'")
+    else:
+        collection = [(str(i + 1), text) for i, text in enumerate(levels)]
+    if not collection:
+        raise ConfigError("levels holds no XSB level")
+    out = []
+    for title, text in collection:
+        try:
+            out.append((title, parse_xsb(text)))
+        except LevelFormatError as e:
+            raise LevelFormatError(f"level {title!r}: {e}") from e
+    return out
+
+
 class SokobanEnv(AgentEnv):
     """Text Sokoban: the prompt shows the room as a grid of ``# _ O X √ P S`` symbols.
 
@@ -146,36 +175,9 @@ class SokobanEnv(AgentEnv):
         self.expert_plan_length = check_int("expert_plan_length", expert_plan_length, min=1,
                                             where=where, example=4)
         self.tile_size = tile_size
-        self.levels = self._load_levels(levels)
+        self.levels = load_levels(levels)
         self.room: Room | None = None
         self._plan_cache: dict[tuple[int, tuple[int, ...]], tuple[str, ...]] = {}
-
-    @staticmethod
-    def _load_levels(levels: str | Path | Sequence[str] | None) -> list[tuple[str, Room]] | None:
-        if levels is None:
-            return None
-        if isinstance(levels, (str, Path)) and Path(levels).is_file():
-            try:
-                collection = read_xsb_collection(Path(levels).read_text(encoding="utf-8"))
-            except UnicodeDecodeError as e:
-                raise LevelFormatError(f"levels file {str(levels)!r} is not UTF-8 text "
-                                       f"({e.reason}); give an XSB level collection") from None
-        elif isinstance(levels, (str, Path)):
-            raise ConfigError(f"levels={str(levels)!r} is not a file; pass a path or a list of XSB strings")
-        elif not isinstance(levels, Sequence) or not all(isinstance(t, str) for t in levels):
-            raise ConfigError(f"levels={levels!r} is invalid: expected a file path or a list of "
-                              "XSB level strings. Fix: pass e.g. levels='boxoban/000.txt'")
-        else:
-            collection = [(str(i + 1), text) for i, text in enumerate(levels)]
-        if not collection:
-            raise ConfigError("levels holds no XSB level")
-        out = []
-        for title, text in collection:
-            try:
-                out.append((title, parse_xsb(text)))
-            except LevelFormatError as e:
-                raise LevelFormatError(f"level {title!r}: {e}") from e
-        return out
 
     # ------------------------------------------------------------------ tasks
     def _split_range(self, split: str) -> tuple[int, int]:

@@ -17,6 +17,7 @@ from fractions import Fraction
 
 from arlgym.core.parsing import extract_boxed
 from arlgym.envs.requirements import pip_install
+from arlgym.errors import MissingDependency
 
 __all__ = ["extract_boxed", "answers_match", "normalise_answer"]
 
@@ -69,8 +70,6 @@ def _math_verify_match(pred: str, gold: str) -> bool | None:
     try:
         from math_verify import parse, verify
     except ImportError as e:
-        from arlgym.errors import MissingDependency
-
         raise MissingDependency("judging answers with math-verify needs it installed. Fix: "
                                 f"{pip_install('math')} (or pass use_math_verify=False to judge "
                                 "with the exact checker only)") from e

@@ -72,6 +72,19 @@ def process_group(pgid: int) -> list[int]:
     return sorted(pid for pid, fields in process_table().items() if int(fields[2]) == pgid)
 
 
+def kill_group(process: subprocess.Popen) -> None:
+    """SIGKILL ChromeDriver's whole process group (it is not reaped yet, so the group id
+    cannot belong to anyone else), then reap ChromeDriver."""
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError, OSError):
+        pass
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL is not ignorable
+        pass
+
+
 def _first_line(e: BaseException) -> str:
     text = str(e).strip().replace("Message: ", "", 1)
     return f"{type(e).__name__}: {text.splitlines()[0] if text else ''}".rstrip(": ")
@@ -122,7 +135,7 @@ class WebShopBrowserEnv(WebShopEnv):
         except Exception as e:  # noqa: BLE001 - selenium raises many types; say what to check
             process = getattr(service, "process", None)
             if process is not None:
-                self._kill_group(process)
+                kill_group(process)
             shutil.rmtree(self._profile, ignore_errors=True)
             raise ArlgymError(f"could not start headless Chromium ({browser}, {driver_path}): "
                               f"{_first_line(e)}") from e
@@ -135,19 +148,6 @@ class WebShopBrowserEnv(WebShopEnv):
         config = getattr((driver or self.driver).command_executor, "_client_config", None)
         if config is not None:
             config.timeout = seconds
-
-    @staticmethod
-    def _kill_group(process: subprocess.Popen) -> None:
-        """SIGKILL ChromeDriver's whole process group (it is not reaped yet, so the group id
-        cannot belong to anyone else), then reap ChromeDriver."""
-        try:
-            os.killpg(process.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError, OSError):
-            pass
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL is not ignorable
-            pass
 
     def _stop_browser(self, graceful: bool) -> None:
         """End the browser: a clean ``quit()`` when it is healthy, then (always) kill whatever
@@ -169,7 +169,7 @@ class WebShopBrowserEnv(WebShopEnv):
                 except OSError:
                     pass
         if process.returncode is None:
-            self._kill_group(process)
+            kill_group(process)
         shutil.rmtree(self._profile, ignore_errors=True)
 
     def _browser_alive(self) -> bool:

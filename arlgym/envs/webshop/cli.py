@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from arlgym.clikit import host_name, port_number
 from arlgym.core.sockets import serve_until_interrupted
 from arlgym.envs.webshop.engine import ShopSession
 from arlgym.envs.webshop.env import load_shop, split_range
@@ -29,8 +30,6 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def add_subparser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    from arlgym.clikit import host_name, port_number
-
     parser = subparsers.add_parser("webshop", help="WebShop tools (serve the site)",
                                    description="WebShop tools.")
     sub = parser.add_subparsers(dest="webshop_command", required=True)

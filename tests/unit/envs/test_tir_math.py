@@ -173,7 +173,7 @@ def test_sandbox_kills_a_runaway_cell_and_its_children(sandbox):
     started = time.perf_counter()
     r = sandbox.run(code)
     assert r.timed_out and r.returncode is None and r.feedback().split()[0].isdigit()
-    assert time.perf_counter() - started < 5
+    assert time.perf_counter() - started < 2.0 * 10  # ended at its timeout, not left running
     def settled():  # nothing new but, below a server, its one spare cell (forked ahead)
         new = set(_descendants(os.getpid())) - before
         return len(new) <= 1 and all(b"PRELOAD" in _cmdline(p).encode() for p in new)

@@ -119,7 +119,9 @@ def test_serve_mode_gives_each_visitor_a_new_goal(server):
 
 
 def test_sessions_expire_least_recently_used_first_and_by_age():
-    srv = ShopServer(max_sessions=3, ttl=0.2)  # not started: requests go through handle()
+    # not started: requests go through handle(). No session ages out during the LRU checks,
+    # however slow the machine; the ttl is then cut to test expiry by age
+    srv = ShopServer(max_sessions=3, ttl=3600)
     pinned = srv.register(_session(), pinned=True)
     sids = [srv.register(_session()) for _ in range(3)]
     # 4 sessions > 3: the least recently used unpinned one goes (a pinned one stays)
@@ -129,6 +131,7 @@ def test_sessions_expire_least_recently_used_first_and_by_age():
     assert [_get(srv, f"/s/{s}")[0] for s in (sids[1], sids[2], newest, pinned)] == [200, 410, 200, 200]
     import time
 
+    srv.ttl = 0.2
     time.sleep(0.25)
     assert _get(srv, f"/s/{newest}")[0] == 410 and _get(srv, f"/s/{pinned}")[0] == 200
     for _ in range(2000):  # many visitors: the table stays bounded

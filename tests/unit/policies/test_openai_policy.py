@@ -3,7 +3,6 @@ including a slow reply (client timeout) and 500 errors, both retried."""
 
 import json
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -20,6 +19,7 @@ class _Script:
         self.plan = []
         self.requests = []
         self.lock = threading.Lock()
+        self.release = threading.Event()  # ends the "slow" replies (set when the test ends)
 
 
 @pytest.fixture()
@@ -46,7 +46,7 @@ def server():
                 self.wfile.write(b"no such model")
                 return
             if step[0] == "slow":
-                time.sleep(step[1])
+                script.release.wait(step[1])
             if step[0] == "tool":  # ("tool", arguments as sent, content): an act tool call
                 message = {"role": "assistant", "content": step[2], "tool_calls": [
                     {"id": "call_1", "type": "function",
@@ -69,6 +69,7 @@ def server():
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{httpd.server_address[1]}/v1", script
+    script.release.set()
     httpd.shutdown()
 
 
@@ -94,10 +95,12 @@ def test_500_is_retried(server):
 
 def test_timeout_is_retried(server):
     url, script = server
-    script.plan = [("slow", 1.0, "too late"), ("ok", "in time")]
-    policy = make_policy(f"openai:{url}#m", timeout=0.3, backoff=0.01)
+    # the slow reply waits until the test ends, so the first attempt surely times out; the
+    # timeout leaves the prompt reply seconds to spare on a busy machine
+    script.plan = [("slow", 60.0, "too late"), ("ok", "in time")]
+    policy = make_policy(f"openai:{url}#m", timeout=2.0, backoff=0.01)
     [c] = policy.generate(["p"])
-    assert c.text == "in time" and c.meta["attempts"] == 2
+    assert c.text == "in time" and c.meta["attempts"] == 2 and len(script.requests) == 2
 
 
 def test_gives_up_with_a_clear_error(server):

@@ -137,7 +137,7 @@ def test_sigstopped_worker_times_out_with_clear_error():
         t0 = time.monotonic()
         with pytest.raises(WorkerError) as info:
             asyn.step(_actions(4, 0))
-        assert time.monotonic() - t0 < 10
+        assert time.monotonic() - t0 < 2.0 * 10  # the timeout ends it; the bound only catches a hang
         msg = str(info.value)
         assert "worker 0" in msg and "envs 0-1" in msg and "timeout=2" in msg and "stopped" in msg
         sync.step(_actions(4, 0, skip=(0, 1)))

@@ -97,11 +97,11 @@ def test_the_sample_hook_stores_each_samples_weights():
     a = _sample([-1.0, -2.0], [-1.0 + math.log(3.0), -2.0])
     b = _sample([-0.5], [-0.5 + math.log(0.8)])
     metrics = RolloutCorrection("tis_token").apply([a, b])
-    assert torch.allclose(a.extra["rollout_weight"], torch.tensor([2.0, 1.0]))
-    assert torch.allclose(b.extra["rollout_weight"], torch.tensor([0.8]))
+    assert torch.allclose(a.rollout_weight, torch.tensor([2.0, 1.0]))
+    assert torch.allclose(b.rollout_weight, torch.tensor([0.8]))
     assert metrics["mismatch/truncated_frac"] == pytest.approx(1 / 3)
     c = _sample([-1.0], [-1.0])
-    assert "rollout_weight" not in c.extra and RolloutCorrection("none").apply([c])["mismatch/kl"] == 0.0
+    assert c.rollout_weight is None and RolloutCorrection("none").apply([c])["mismatch/kl"] == 0.0
     c.rollout_logprobs = None
     with pytest.raises(ConfigError, match="no sampler"):
         RolloutCorrection("icepop").apply([c])

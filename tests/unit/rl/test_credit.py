@@ -34,7 +34,7 @@ def test_a_reply_without_a_closed_think_is_credited_whole(tok):
     s = _sample(tok, "<think>plan: up <action>up</action>")
     assert action_start(s.response_ids, tok) is None
     metrics = apply_credit([s], tok, "action")
-    assert s.extra["credit_from"] == 0 and metrics["credit/token_frac"] == 1.0
+    assert s.credit_from == 0 and metrics["credit/token_frac"] == 1.0
 
 
 def test_apply_credit_action_counts_only_the_tokens_after_think(tok):
@@ -48,13 +48,13 @@ def test_apply_credit_action_counts_only_the_tokens_after_think(tok):
     rows = credit_rows([a, b], [1, 0], width=len(a.response_ids) + 2)
     assert rows.shape == (2, len(a.response_ids) + 2)
     assert rows.sum(dim=1).tolist() == [after[1], after[0]]
-    assert rows[1, : a.extra["credit_from"]].sum() == 0 and rows[1, len(a.response_ids):].sum() == 0
+    assert rows[1, : a.credit_from].sum() == 0 and rows[1, len(a.response_ids):].sum() == 0
 
 
 def test_response_credit_leaves_the_samples_alone(tok):
     s = _sample(tok, "<think>p</think><action>up</action>")
     assert apply_credit([s], tok, "response") == {}
-    assert "credit_from" not in s.extra and counted_tokens(s, "response") == len(s.response_ids)
+    assert s.credit_from == 0 and counted_tokens(s, "response") == len(s.response_ids)
 
 
 def test_an_unknown_credit_mode_names_the_choices_and_the_fix(tok):
@@ -68,7 +68,7 @@ def test_action_pg_trains_the_move_by_reward_and_holds_the_reasoning_by_kl(tok, 
     gradient only, and the action tokens get exactly the whole-response policy gradient."""
     s = _sample(tok, "<think>plan: up, left</think><action>up</action>")
     apply_credit([s], tok, "action")
-    k, width = s.extra["credit_from"], len(s.response_ids)
+    k, width = s.credit_from, len(s.response_ids)
     torch.manual_seed(0)
     start = torch.randn(1, width)
     old, ref, adv = start - 0.05, start - 0.5, torch.tensor([1.0])
@@ -94,4 +94,4 @@ def test_action_pg_multiplies_the_rollout_corrections_weights(tok):
     width = len(s.response_ids)
     mask, kw = credit_masks("action-pg", [s], [0], torch.ones(1, width), {"token_weights": torch.full((1, width), 0.5)})
     assert mask.sum() == width  # the mask (and the loss's counts) keep the whole response
-    assert kw["token_weights"][0].tolist() == [0.0] * s.extra["credit_from"] + [0.5] * (width - s.extra["credit_from"])
+    assert kw["token_weights"][0].tolist() == [0.0] * s.credit_from + [0.5] * (width - s.credit_from)

@@ -176,15 +176,15 @@ def test_logit_rows_budget_scales_with_the_vocabulary():
 
 def test_micro_batches_respect_the_logit_rows_bound():
     from arlgym.rl.batching import TokenSample
-    from arlgym.rl.trainer import _micro_batches
+    from arlgym.rl.update import micro_batches
 
     samples = [TokenSample(uid=str(i), traj_id=str(i), step=0, anchor="a", step_reward=0.0,
                            episode_return=0.0, format_penalty=0.0, format_valid=True,
                            action_valid=True, won=False, prompt_ids=[1] * 10,
                            response_ids=[2] * 9) for i in range(10)]
     order = list(range(10))
-    assert len(_micro_batches(samples, order, 10_000)) == 1
-    cut = _micro_batches(samples, order, 10_000, logit_rows=30)  # 3 samples x (9 + 1) rows
+    assert len(micro_batches(samples, order, 10_000)) == 1
+    cut = micro_batches(samples, order, 10_000, logit_rows=30)  # 3 samples x (9 + 1) rows
     assert [len(mb) for mb in cut] == [3, 3, 3, 1]
     assert sorted(i for mb in cut for i in mb) == order
-    assert [len(mb) for mb in _micro_batches(samples, order, 10_000, logit_rows=5)] == [1] * 10
+    assert [len(mb) for mb in micro_batches(samples, order, 10_000, logit_rows=5)] == [1] * 10

@@ -408,7 +408,7 @@ def test_output_tricks_and_bad_text_cannot_hang_or_crash_step(box, mode):
         for name, code in tricks.items():
             started = time.perf_counter()
             result = sandbox.run(code)  # must not raise
-            assert time.perf_counter() - started < 2.0 + 3, name
+            assert time.perf_counter() - started < 2.0 * 10, name  # a hang, not a busy machine
             assert isinstance(result.feedback(), str), name
             if name in ("fifo", "delete", "close") and mode[1] == "fork":
                 assert result.stdout.startswith("before"), (name, result)

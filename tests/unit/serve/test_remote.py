@@ -113,8 +113,10 @@ def server_process():
 
 def test_killed_server_gives_a_clear_error_fast(server_process):
     proc, url = server_process
-    remote = RemoteEnv(url, "arl/Sokoban-v0", {}, timeout=5)
-    client = GenericEnvClient(base_url=url, message_timeout_s=5).sync()
+    # timeouts far above the bounds below: an error that waited for one fails the test, a busy
+    # machine does not
+    remote = RemoteEnv(url, "arl/Sokoban-v0", {}, timeout=120)
+    client = GenericEnvClient(base_url=url, message_timeout_s=120).sync()
     client.connect()
     _, info = remote.reset(seed=0)
     client.reset(seed=0)
@@ -124,11 +126,11 @@ def test_killed_server_gives_a_clear_error_fast(server_process):
     t0 = time.monotonic()
     with pytest.raises(RemoteEnvError, match=re.escape(url)) as exc:
         remote.step(GOOD.format("up"))
-    assert exc.value.server == url and time.monotonic() - t0 < 5
+    assert exc.value.server == url and time.monotonic() - t0 < 30
     t0 = time.monotonic()
     with pytest.raises(Exception):  # noqa: B017 - OpenEnv's client: websockets' ConnectionClosed
         client.step({"response": GOOD.format("up")})
-    assert time.monotonic() - t0 < 6
+    assert time.monotonic() - t0 < 30
 
 
 def test_stopped_server_gives_a_clear_error_within_the_timeout(server_process):
@@ -144,12 +146,12 @@ def test_stopped_server_gives_a_clear_error_within_the_timeout(server_process):
         t0 = time.monotonic()
         with pytest.raises(RemoteEnvError, match="no reply .* within timeout=1.5") as exc:
             vec.step([GOOD.format("up")] * 4)
-        assert time.monotonic() - t0 < 4
+        assert time.monotonic() - t0 < 1.5 * 10  # ended by the timeout; the bound catches a hang
         assert exc.value.env_indices == [0, 1, 2, 3] and exc.value.server == url
         t0 = time.monotonic()
         with pytest.raises(TimeoutError):
             client.step({"response": GOOD.format("up")})
-        assert time.monotonic() - t0 < 4
+        assert time.monotonic() - t0 < 1.5 * 10
     finally:
         os.kill(proc.pid, signal.SIGCONT)
 

@@ -24,14 +24,15 @@ def vision_trajs(vl_policy):
 
 
 def test_trainer_forward_reproduces_sampled_logprobs_on_vision_turns(vl_policy, vision_trajs):
-    from arlgym.rl.trainer import _micro_batches, sample_logprobs
+    from arlgym.rl.trainer import sample_logprobs
+    from arlgym.rl.update import micro_batches
 
     samples = token_samples(vision_trajs)
     assert len(samples) >= 8 and all(s.image_inputs is not None for s in samples)
     assert len({len(s.prompt_ids) for s in samples}) > 1  # first turns and turns with history
     pad = vl_policy.tokenizer.pad_token_id
     # micro-batches as the trainer cuts them (share_prompts requested: must be ignored)
-    for mb in _micro_batches(samples, list(range(len(samples))), 400, share_prompts=False):
+    for mb in micro_batches(samples, list(range(len(samples))), 400, share_prompts=False):
         sub = [samples[i] for i in mb]
         with torch.no_grad():
             logp, _, mask = sample_logprobs(vl_policy.model, sub, pad, "cpu", temperature=1.0,
