@@ -40,6 +40,7 @@ from typing import Any
 from arlgym.errors import ConfigError, PolicyRequestError
 from arlgym.policies.base import Completion, SamplingParams
 from arlgym.policies.hf import vision_messages
+from arlgym.serve.mcp import TOOLS
 
 __all__ = ["OpenAIPolicy", "png_base64", "TOOL_SYSTEM_PROMPT", "tool_call_text"]
 
@@ -56,8 +57,6 @@ TOOL_SYSTEM_PROMPT = ("You play an environment through the `act` tool. Each turn
 
 def _act_tool() -> dict[str, Any]:
     """The env server's MCP ``act`` tool as an OpenAI ``tools`` entry (one definition)."""
-    from arlgym.serve.mcp import TOOLS
-
     act = next(t for t in TOOLS if t["name"] == "act")
     return {"type": "function", "function": {"name": "act", "description": act["description"],
                                              "parameters": act["inputSchema"]}}
