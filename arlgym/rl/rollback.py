@@ -13,7 +13,9 @@ back to the oldest one kept. Measured on the tiny model (0.83M parameters, one C
 thread): 10 MB and 7 ms a snapshot, against 1.5 s a training step; for a model of P
 parameters under AdamW a snapshot is ~3·P floats (weights and two moments).
 
-With ``rollback_from: checkpoints`` the states are the run's own checkpoints on disk instead
+A resumed run holds snapshots from its resume on only; when a collapse began before the
+resume, the rollback reaches back through the run's checkpoints on disk (if one that old is
+kept). With ``rollback_from: checkpoints`` the states are the run's own checkpoints on disk instead
 (a step-0 checkpoint is written at the start, ``save_total_limit`` keeps 8 by default): no
 memory beyond the model's, for models too big to copy every few steps — the cost is a save per
 ``save_steps`` (which a long GPU run pays anyway to survive a kill) and a load per rollback. A
@@ -191,7 +193,8 @@ class Rollback(TrainerCallback):
                 self.snapshots = [*self.snapshots, self._snapshot(trainer)][-KEEP:]
             return
         at = trainer.step
-        to, halvings = (self._load_checkpoint(trainer, verdict["step"]) if self.on_disk
+        to, halvings = (self._load_checkpoint(trainer, verdict["step"])
+                        if self.on_disk or self._reach_disk(trainer, verdict["step"])
                         else self._restore_snapshot(trainer, verdict["step"]))
         for _ in range(self.applied.count("halve_lr") - halvings):
             _halve_lr(trainer)  # the remedies applied since that state stay applied
@@ -211,6 +214,19 @@ class Rollback(TrainerCallback):
         if trainer.accelerator.is_main_process:
             warnings.warn(f"rollback {self.rollbacks}/{self.max_rollbacks}: back to step "
                           f"{to} (alarm at step {at}); {did}", stacklevel=2)
+
+    def _reach_disk(self, trainer: Any, before: int) -> bool:
+        """Whether no snapshot in memory is from before step ``before`` but a checkpoint on disk
+        is: a resumed run holds snapshots from its resume on only, and a collapse that began
+        before the kill can reach back only through the run's checkpoints."""
+        kept = [*self.snapshots, *([self.best[1]] if self.best else [])]
+        if any(x.step < before for x in kept):
+            return False
+        if trainer.checkpointer.newest_before(before) is None:
+            return False
+        self.snapshots = []  # all of them are from the collapsed branch
+        self.best = None
+        return True
 
     def _restore_snapshot(self, trainer: Any, before: int) -> tuple[int, int]:
         """The newest snapshot from before step ``before`` (else the oldest kept), restored:

@@ -248,3 +248,39 @@ def test_a_real_one_update_crash_rolls_back_unforced(tmp_path):
     assert halved == pytest.approx([3e-3 / 2 ** (k + 1) for k in range(len(halved))])
     steps = [r["step"] for r in _rows(tmp_path / "run")]
     assert steps == sorted(set(steps))  # one row a step after the rollback(s)
+
+
+def test_a_run_killed_inside_a_collapse_rolls_back_through_its_checkpoints(tmp_path, monkeypatch):
+    """Killed after step 3, where the collapse had begun (step 3) but not yet been judged (step 4):
+    the resumed run's memory holds no snapshot from before it, so the rollback goes back through
+    the checkpoint of step 2 on disk, and the run equals the one never killed."""
+    a, b = tmp_path / "straight", tmp_path / "resumed"
+    flags = ["--on_collapse", "rollback", "--snapshot_steps", "2", "--rollback_remedy",
+             "halve_lr", "--save_steps", "1", "--save_total_limit", "0"]
+    monkeypatch.setattr(alarm, "detect_collapse", _fire_once(at=4, began=3))
+    Trainer(_cfg(a, "--max_steps", "6", *flags)).train()
+    real_save = Trainer.save_checkpoint
+
+    def save_then_die(self):
+        path = real_save(self)
+        if self.step == 3:
+            raise RuntimeError("killed")
+        return path
+
+    monkeypatch.setattr(Trainer, "save_checkpoint", save_then_die)
+    trainer = Trainer(_cfg(b, "--max_steps", "6", *flags))
+    with pytest.raises(RuntimeError, match="killed"):
+        trainer.train()
+    trainer.close()
+    monkeypatch.setattr(Trainer, "save_checkpoint", real_save)
+    monkeypatch.setattr(alarm, "detect_collapse", _fire_once(at=4, began=3))
+    Trainer(_cfg(b, "--max_steps", "6", "--resume", "true", *flags)).train()
+    for run in (a, b):
+        record = json.loads((run / "collapse.json").read_text())
+        assert [(x["alarm_at"], x["to_step"]) for x in record["rollbacks"]] == [(4, 2)]
+    ra, rb = _rows(a), _rows(b)
+    assert [r[M.STEP] for r in rb] == [1, 2, 3, 4, 5, 6]
+    assert all(_same(x, y) for x, y in zip(ra, rb, strict=True))
+    wa = load_file(a / "final" / "model.safetensors")
+    wb = load_file(b / "final" / "model.safetensors")
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
