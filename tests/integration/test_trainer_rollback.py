@@ -159,6 +159,26 @@ def test_on_collapse_settings(tmp_path):
         _cfg(tmp_path, "--degradation_alarm", "true", "--eval_steps", "2")
 
 
+def _killed(monkeypatch, cfg, save_then_die, real_save) -> None:
+    """Train ``cfg`` until ``save_then_die`` raises ("killed" after a checkpoint)."""
+    monkeypatch.setattr(Trainer, "save_checkpoint", save_then_die)
+    trainer = Trainer(cfg)
+    with pytest.raises(RuntimeError, match="killed"):
+        trainer.train()
+    trainer.close()
+    monkeypatch.setattr(Trainer, "save_checkpoint", real_save)
+
+
+def _assert_same_run(a, b) -> None:
+    """The resumed run ``b`` logged the straight run ``a``'s rows and ends on its weights."""
+    ra, rb = _rows(a), _rows(b)
+    assert [r[M.STEP] for r in rb] == [1, 2, 3, 4, 5, 6]
+    assert all(_same(x, y) for x, y in zip(ra, rb, strict=True))
+    wa = load_file(a / "final" / "model.safetensors")
+    wb = load_file(b / "final" / "model.safetensors")
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
 def test_a_run_killed_after_a_rollback_resumes_into_the_same_run(tmp_path, monkeypatch):
     """The remedy (here the sequence mask, which no optimizer state carries) and the rollback
     count come back from the checkpoint; the abandoned branch's checkpoints are gone."""
@@ -178,23 +198,13 @@ def test_a_run_killed_after_a_rollback_resumes_into_the_same_run(tmp_path, monke
             raise RuntimeError("killed")
         return path
 
-    monkeypatch.setattr(Trainer, "save_checkpoint", save_then_die)
-    trainer = Trainer(_cfg(b, "--max_steps", "6", *flags))
-    with pytest.raises(RuntimeError, match="killed"):
-        trainer.train()
-    trainer.close()
-    monkeypatch.setattr(Trainer, "save_checkpoint", real_save)
+    _killed(monkeypatch, _cfg(b, "--max_steps", "6", *flags), save_then_die, real_save)
     assert sorted(p.name for p in (b / "checkpoints").iterdir()) == [
         "step-000001", "step-000002", "step-000003"]
     assert json.loads((b / "checkpoints" / "step-000003" / "rollback.json").read_text()) == {
         "rollbacks": 1, "applied": ["seq_mask"]}
     Trainer(_cfg(b, "--max_steps", "6", "--resume", "true", *flags)).train()
-    ra, rb = _rows(a), _rows(b)
-    assert [r[M.STEP] for r in rb] == [1, 2, 3, 4, 5, 6]
-    assert all(_same(x, y) for x, y in zip(ra, rb, strict=True))
-    wa = load_file(a / "final" / "model.safetensors")
-    wb = load_file(b / "final" / "model.safetensors")
-    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+    _assert_same_run(a, b)
 
 
 def test_a_degrading_validation_eval_rolls_back_to_the_best_evals_policy(tmp_path, monkeypatch):
@@ -267,20 +277,10 @@ def test_a_run_killed_inside_a_collapse_rolls_back_through_its_checkpoints(tmp_p
             raise RuntimeError("killed")
         return path
 
-    monkeypatch.setattr(Trainer, "save_checkpoint", save_then_die)
-    trainer = Trainer(_cfg(b, "--max_steps", "6", *flags))
-    with pytest.raises(RuntimeError, match="killed"):
-        trainer.train()
-    trainer.close()
-    monkeypatch.setattr(Trainer, "save_checkpoint", real_save)
+    _killed(monkeypatch, _cfg(b, "--max_steps", "6", *flags), save_then_die, real_save)
     monkeypatch.setattr(alarm, "detect_collapse", _fire_once(at=4, began=3))
     Trainer(_cfg(b, "--max_steps", "6", "--resume", "true", *flags)).train()
     for run in (a, b):
         record = json.loads((run / "collapse.json").read_text())
         assert [(x["alarm_at"], x["to_step"]) for x in record["rollbacks"]] == [(4, 2)]
-    ra, rb = _rows(a), _rows(b)
-    assert [r[M.STEP] for r in rb] == [1, 2, 3, 4, 5, 6]
-    assert all(_same(x, y) for x, y in zip(ra, rb, strict=True))
-    wa = load_file(a / "final" / "model.safetensors")
-    wb = load_file(b / "final" / "model.safetensors")
-    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+    _assert_same_run(a, b)
