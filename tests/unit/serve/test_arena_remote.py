@@ -67,7 +67,10 @@ def test_every_arena_run_plays_on_the_env_server(server, tmp_path):
         assert config["env_servers"] == server  # the URL reached this run's trainer
         test = (run / "eval" / "test-last.jsonl").read_text().splitlines()
         assert len(test) == TEST
-        episodes += TASKS * GROUP + len(test)
+        # the other decoding beside the greedy test eval: the paper's sampling, 4 a task
+        companion = (run / "eval" / "test-last.sampled.jsonl").read_text().splitlines()
+        assert len(companion) == 4 * TEST
+        episodes += TASKS * GROUP + len(test) + len(companion)
     health = _health(server)
     # every training episode and every test episode of both runs was reset on the server
     assert health["resets"] == episodes
