@@ -193,9 +193,11 @@ class Rollback(TrainerCallback):
                 self.snapshots = [*self.snapshots, self._snapshot(trainer)][-KEEP:]
             return
         at = trainer.step
-        to, halvings = (self._load_checkpoint(trainer, verdict["step"])
-                        if self.on_disk or self._reach_disk(trainer, verdict["step"])
-                        else self._restore_snapshot(trainer, verdict["step"]))
+        if self.on_disk or self._reach_disk(trainer, verdict["step"]):
+            to, halvings = self._load_checkpoint(trainer, verdict["step"])
+            self.snapshots, self.best = [], None  # in memory: all from the collapsed branch
+        else:
+            to, halvings = self._restore_snapshot(trainer, verdict["step"])
         for _ in range(self.applied.count("halve_lr") - halvings):
             _halve_lr(trainer)  # the remedies applied since that state stay applied
         trainer.checkpointer.drop_after(to)
@@ -222,11 +224,7 @@ class Rollback(TrainerCallback):
         kept = [*self.snapshots, *([self.best[1]] if self.best else [])]
         if any(x.step < before for x in kept):
             return False
-        if trainer.checkpointer.newest_before(before) is None:
-            return False
-        self.snapshots = []  # all of them are from the collapsed branch
-        self.best = None
-        return True
+        return trainer.checkpointer.newest_before(before) is not None
 
     def _restore_snapshot(self, trainer: Any, before: int) -> tuple[int, int]:
         """The newest snapshot from before step ``before`` (else the oldest kept), restored:
